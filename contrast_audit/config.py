@@ -1,0 +1,223 @@
+"""Frozen settings for one audit, and ``[tool.contrast-audit]`` configuration files.
+
+Precedence: command-line flags, then the configuration file, then the defaults below. The
+effective configuration is echoed in every report (``AuditConfig.to_dict``).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from contrast_audit.errors import ConfigError
+
+DIRECTIONS = ("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc")
+SAMPLERS = ("random", "no-duplicates")
+ON_BAD_ROW = ("error", "skip")
+
+# Characters folded from both ends of a text by default: sentence punctuation, quotes and
+# brackets. Symbols that carry meaning at the edge of a text (``C++``, ``C#``, ``$5``) are kept.
+DEFAULT_STRIP_CHARS = ".,;:!?¡¿\"'`“”‘’«»„‚()[]{}<>…–—-"
+
+
+@dataclass(frozen=True)
+class ColumnMapping:
+    """Which input columns hold each role; ``None`` means auto-detect."""
+
+    anchor: str | None = None
+    positive: str | None = None
+    negatives: tuple[str, ...] = ()
+    id: str | None = None
+    source: str | None = None
+    cohort: str | None = None
+    group: str | None = None
+
+
+@dataclass(frozen=True)
+class NormaliseConfig:
+    """How texts are folded before they are compared for exact identity."""
+
+    unicode_form: str | None = "NFKC"
+    casefold: bool = True
+    collapse_whitespace: bool = True
+    strip_chars: str = DEFAULT_STRIP_CHARS
+
+    def __post_init__(self) -> None:
+        if self.unicode_form not in (None, "NFC", "NFKC", "NFD", "NFKD"):
+            raise ConfigError(
+                f"normalise.unicode_form must be one of NFC, NFKC, NFD, NFKD or none, "
+                f"got {self.unicode_form!r}"
+            )
+
+
+@dataclass(frozen=True)
+class LinkConfig:
+    """The ``linked`` detector: chains of the dataset's own positive pairs."""
+
+    max_hops: int = 2
+
+    def __post_init__(self) -> None:
+        if self.max_hops < 0:
+            raise ConfigError(f"max_hops must be >= 0 (0 turns linked evidence off), got {self.max_hops}")
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    """How batches are formed: the trainer's sampler, or a plan file."""
+
+    batch_size: int = 32
+    seed: int = 42
+    epochs: int = 1
+    drop_last: bool = False
+    world_size: int = 1
+    sampler: str = "random"
+    plan_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.epochs < 1:
+            raise ConfigError(f"epochs must be >= 1, got {self.epochs}")
+        if self.world_size < 1:
+            raise ConfigError(f"world_size must be >= 1, got {self.world_size}")
+        if self.sampler not in SAMPLERS:
+            raise ConfigError(
+                f"sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}"
+            )
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """Which comparisons the loss makes (MultipleNegativesRankingLoss vocabulary)."""
+
+    directions: tuple[str, ...] = ("query_to_doc",)
+
+    def __post_init__(self) -> None:
+        bad = [d for d in self.directions if d not in DIRECTIONS]
+        if bad or not self.directions:
+            raise ConfigError(
+                f"directions must be a non-empty subset of {', '.join(DIRECTIONS)}, "
+                f"got {', '.join(self.directions) or 'nothing'}"
+            )
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    """Everything one audit depends on; reports echo it as the effective configuration."""
+
+    mapping: ColumnMapping = field(default_factory=ColumnMapping)
+    normalise: NormaliseConfig = field(default_factory=NormaliseConfig)
+    link: LinkConfig = field(default_factory=LinkConfig)
+    plan: PlanConfig = field(default_factory=PlanConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    on_bad_row: str = "error"
+
+    def __post_init__(self) -> None:
+        if self.on_bad_row not in ON_BAD_ROW:
+            raise ConfigError(f"on_bad_row must be error or skip, got {self.on_bad_row!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["mapping"]["negatives"] = list(self.mapping.negatives)
+        data["loss"]["directions"] = list(self.loss.directions)
+        return data
+
+
+# Config-file keys (flat, kebab or snake case) → (section, field).
+_FILE_KEYS: dict[str, tuple[str | None, str]] = {
+    "anchor": ("mapping", "anchor"),
+    "positive": ("mapping", "positive"),
+    "negative": ("mapping", "negatives"),
+    "negatives": ("mapping", "negatives"),
+    "id": ("mapping", "id"),
+    "source": ("mapping", "source"),
+    "cohort": ("mapping", "cohort"),
+    "group": ("mapping", "group"),
+    "unicode_form": ("normalise", "unicode_form"),
+    "casefold": ("normalise", "casefold"),
+    "collapse_whitespace": ("normalise", "collapse_whitespace"),
+    "strip_chars": ("normalise", "strip_chars"),
+    "max_hops": ("link", "max_hops"),
+    "batch_size": ("plan", "batch_size"),
+    "seed": ("plan", "seed"),
+    "epochs": ("plan", "epochs"),
+    "drop_last": ("plan", "drop_last"),
+    "world_size": ("plan", "world_size"),
+    "sampler": ("plan", "sampler"),
+    "plan": ("plan", "plan_file"),
+    "directions": ("loss", "directions"),
+    "on_bad_row": (None, "on_bad_row"),
+    "fail_on": (None, "fail_on"),
+    "format": (None, "format"),
+}
+
+
+def load_config_file(path: Path | None = None, cwd: Path | None = None) -> tuple[dict[str, Any], str | None]:
+    """Read settings from ``path``, or find ``contrast-audit.toml`` / ``pyproject.toml`` in ``cwd``.
+
+    Returns the flat settings (snake_case keys) and the file they came from (``None`` if none).
+    """
+    if path is None:
+        base = cwd or Path.cwd()
+        for candidate in (base / "contrast-audit.toml", base / "pyproject.toml"):
+            if candidate.is_file():
+                settings, origin = _read_toml(candidate, candidate.name == "pyproject.toml")
+                if origin is not None:
+                    return settings, origin
+        return {}, None
+    if not path.is_file():
+        raise ConfigError(f"{path}: configuration file not found", fix="check the --config path")
+    settings, origin = _read_toml(path, path.name == "pyproject.toml")
+    return settings, origin or str(path)
+
+
+def _read_toml(path: Path, in_pyproject: bool) -> tuple[dict[str, Any], str | None]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})", fix="fix the file's syntax") from exc
+    if in_pyproject:
+        data = data.get("tool", {}).get("contrast-audit")
+        if data is None:
+            return {}, None
+    elif "tool" in data and "contrast-audit" in data["tool"]:
+        data = data["tool"]["contrast-audit"]
+    settings: dict[str, Any] = {}
+    for key, value in data.items():
+        name = key.replace("-", "_")
+        if name not in _FILE_KEYS:
+            valid = ", ".join(sorted(k.replace("_", "-") for k in _FILE_KEYS))
+            raise ConfigError(f"{path}: unknown setting '{key}'", fix=f"valid settings: {valid}")
+        settings[name] = value
+    return settings, str(path)
+
+
+def build_config(settings: dict[str, Any]) -> AuditConfig:
+    """Turn flat settings (already merged: flags over file) into an ``AuditConfig``."""
+    sections: dict[str | None, dict[str, Any]] = {}
+    for name, value in settings.items():
+        if value is None or name not in _FILE_KEYS:
+            continue
+        section, attr = _FILE_KEYS[name]
+        if section is None and attr != "on_bad_row":
+            continue
+        if attr in ("negatives", "directions"):
+            value = tuple([value] if isinstance(value, str) else value)
+        if section == "normalise" and attr == "unicode_form" and str(value).lower() == "none":
+            value = None
+        sections.setdefault(section, {})[attr] = value
+    base = AuditConfig()
+    try:
+        parts = {
+            name: replace(getattr(base, name), **sections.get(name, {}))
+            for name in ("mapping", "normalise", "link", "plan", "loss")
+        }
+        return AuditConfig(**parts, on_bad_row=sections.get(None, {}).get("on_bad_row", "error"))
+    except TypeError as exc:
+        raise ConfigError(f"invalid setting: {exc}") from exc
+
+
+def field_names(cls: type) -> list[str]:
+    return [f.name for f in fields(cls)]

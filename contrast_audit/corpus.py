@@ -1,0 +1,100 @@
+"""The corpus: unique normalised texts with integer ids, and each row's roles as text ids.
+
+Every later stage (detectors, samplers, the judge) works on these integer arrays, so each text is
+normalised, hashed or embedded once however many rows repeat it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from contrast_audit.config import NormaliseConfig
+from contrast_audit.normalise import normalise_expr
+
+ANCHOR_ROLE = -1  # candidate role codes: -1 anchor (query), 0 positive, k >= 1 negative_k
+POSITIVE_ROLE = 0
+
+
+def role_name(code: int) -> str:
+    if code == ANCHOR_ROLE:
+        return "anchor"
+    if code == POSITIVE_ROLE:
+        return "positive"
+    return f"negative_{code}"
+
+
+@dataclass
+class Corpus:
+    """Rows as text-id arrays. ``negatives`` is (rows × max negatives), padded with -1."""
+
+    rows: pl.DataFrame
+    texts: pl.DataFrame  # tid, text (first spelling seen), norm
+    anchor: np.ndarray
+    positive: np.ndarray
+    negatives: np.ndarray
+    group: np.ndarray  # -1 where the row has no group
+    raw: np.ndarray  # (rows × (2 + max negatives)) ids of the exact strings, -1 padded
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.anchor.shape[0])
+
+    @property
+    def n_texts(self) -> int:
+        return self.texts.height
+
+    def text(self, tids: np.ndarray | list[int]) -> list[str]:
+        col = self.texts.get_column("text")
+        return col.gather(np.asarray(tids, dtype=np.int64)).to_list()
+
+
+def build_corpus(rows: pl.DataFrame, cfg: NormaliseConfig) -> Corpus:
+    """Normalise every text once and give each distinct normal form an id."""
+    n = rows.height
+    k = int(rows.get_column("negatives").list.len().max() or 0)
+    long = pl.concat(
+        [
+            rows.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("row"), pl.lit(0, pl.Int32).alias("slot"), pl.col("anchor").alias("raw")),
+            rows.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("row"), pl.lit(1, pl.Int32).alias("slot"), pl.col("positive").alias("raw")),
+            rows.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("row"), pl.col("negatives").alias("raw"))
+            .with_columns(pl.int_ranges(2, pl.col("raw").list.len() + 2, dtype=pl.Int32).alias("slot"))
+            .explode("raw", "slot")
+            .drop_nulls("raw")
+            .select("row", "slot", "raw"),
+        ]
+    )
+    raws = long.select(pl.col("raw").unique(maintain_order=True)).with_columns(
+        normalise_expr(pl.col("raw"), cfg).alias("norm")
+    )
+    norms = raws.select(pl.col("norm").unique(maintain_order=True)).with_row_index("tid")
+    raws = raws.with_row_index("rid").join(norms, on="norm", how="left")
+    texts = (
+        raws.group_by("tid", maintain_order=True)
+        .agg(pl.col("raw").first().alias("text"), pl.col("norm").first())
+        .sort("tid")
+    )
+    long = long.join(raws.select("raw", "rid", "tid"), on="raw", how="left")
+    row_idx = long.get_column("row").to_numpy()
+    slot = long.get_column("slot").to_numpy()
+    tid_mat = np.full((n, 2 + k), -1, dtype=np.int64)
+    raw_mat = np.full((n, 2 + k), -1, dtype=np.int64)
+    tid_mat[row_idx, slot] = long.get_column("tid").to_numpy()
+    raw_mat[row_idx, slot] = long.get_column("rid").to_numpy()
+    groups = rows.get_column("group")
+    group_codes = (
+        groups.cast(pl.Categorical).to_physical().cast(pl.Int64).fill_null(-1).to_numpy()
+        if groups.null_count() < n
+        else np.full(n, -1, dtype=np.int64)
+    )
+    return Corpus(
+        rows=rows,
+        texts=texts,
+        anchor=tid_mat[:, 0].copy(),
+        positive=tid_mat[:, 1].copy(),
+        negatives=tid_mat[:, 2:].copy(),
+        group=group_codes,
+        raw=raw_mat,
+    )

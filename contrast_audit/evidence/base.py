@@ -1,0 +1,65 @@
+"""The detector interface: each detector looks at candidate pairs and says which are equivalent
+to the anchor's known positives, with a score and the threshold it used."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+
+from contrast_audit.corpus import Corpus
+
+CERTAIN, LIKELY, SUSPECT = 2, 1, 0
+SEVERITY_NAMES = {CERTAIN: "certain", LIKELY: "likely", SUSPECT: "suspect"}
+SEVERITIES = ("certain", "likely", "suspect")
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """Candidate pairs of one comparison direction.
+
+    ``anchor_row`` is the row whose anchor (or, for ``doc_to_*``, whose positive) is compared;
+    ``cand_row``/``cand_role``/``cand_tid`` say which text of which row is the candidate.
+    """
+
+    direction: str
+    anchor_row: np.ndarray
+    cand_row: np.ndarray
+    cand_role: np.ndarray
+    cand_tid: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.anchor_row.shape[0])
+
+
+@dataclass(frozen=True)
+class Hits:
+    """A detector's verdict on every pair: ``mask`` marks equivalent pairs."""
+
+    kind: str
+    mask: np.ndarray
+    score: np.ndarray
+    threshold: float
+    severity: np.ndarray
+
+
+class Detector(Protocol):
+    name: ClassVar[str]
+    description: ClassVar[str]
+
+    def prepare(self, corpus: Corpus) -> None: ...
+
+    def detect(self, pairs: Pairs) -> Hits: ...
+
+    def info(self) -> dict[str, Any]: ...
+
+
+def constant_hits(kind: str, mask: np.ndarray, threshold: float, severity: int, score: float = 1.0) -> Hits:
+    return Hits(
+        kind=kind,
+        mask=mask,
+        score=np.full(mask.shape[0], score, dtype=np.float64),
+        threshold=threshold,
+        severity=np.full(mask.shape[0], severity, dtype=np.int8),
+    )

@@ -1,0 +1,308 @@
+"""Load pair files into one canonical frame.
+
+Canonical columns: ``id`` (text), ``anchor``, ``positive``, ``negatives`` (list of text),
+``source``, ``cohort``, ``group`` (text or null), ``file`` and ``line`` (where the row came from;
+``line`` is the row number for Parquet files).
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from contrast_audit.config import ColumnMapping
+from contrast_audit.errors import InputError
+from contrast_audit.io.readers import RawTable, read_raw
+
+# Recognised layouts, tried in order: (name, anchor, positive candidates, negative patterns).
+LAYOUTS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
+    ("anchor/positive/negative", "anchor", ("positive",), r"^negatives?(_?\d+)?$"),
+    ("query/pos/neg", "query", ("pos", "positive", "positives"), r"^(neg|negatives?)(_?\d+)?$"),
+    ("sentence1/sentence2", "sentence1", ("sentence2",), r"^sentence3$"),
+    ("question/answer", "question", ("answer",), r"^negative(_?\d+)?$"),
+    ("text1/text2", "text1", ("text2",), r"^text3$"),
+)
+OPTIONAL = {"id": ("id", "_id"), "source": ("source",), "cohort": ("cohort",), "group": ("group",)}
+SKIP_FIX = "drop the row or pass --on-bad-row skip"
+
+
+@dataclass(frozen=True)
+class FileMapping:
+    """The columns one file was read with, and how they were chosen."""
+
+    path: str
+    layout: str
+    anchor: str
+    positive: str
+    negatives: tuple[str, ...]
+    id: str | None
+    source: str | None
+    cohort: str | None
+    group: str | None
+
+    def to_dict(self) -> dict:
+        return {
+            "file": self.path,
+            "layout": self.layout,
+            "anchor": self.anchor,
+            "positive": self.positive,
+            "negatives": list(self.negatives),
+            "id": self.id,
+            "source": self.source,
+            "cohort": self.cohort,
+            "group": self.group,
+        }
+
+
+@dataclass(frozen=True)
+class BadRow:
+    file: str
+    line: int | None
+    row: int | None
+    reason: str
+
+    def location(self) -> str:
+        return f"{self.file}:{self.line}" if self.line is not None else f"{self.file}: row {self.row}"
+
+
+@dataclass
+class LoadResult:
+    rows: pl.DataFrame
+    mappings: list[FileMapping]
+    skipped: list[BadRow] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+
+def expand_paths(patterns: list[str]) -> list[Path]:
+    """Files named directly or matched by a glob, in argument order (globs sorted)."""
+    out: list[Path] = []
+    for pattern in patterns:
+        if any(ch in pattern for ch in "*?["):
+            matched = sorted(glob.glob(pattern, recursive=True))
+            files = [Path(m) for m in matched if Path(m).is_file()]
+            if not files:
+                raise InputError(pattern, "no files match this pattern", fix="check the glob and quote it so the shell does not expand it")
+            out.extend(files)
+            continue
+        path = Path(pattern)
+        if path.is_dir():
+            raise InputError(pattern, "is a directory", fix=f"pass files or a glob such as '{pattern.rstrip('/')}/*.jsonl'")
+        if not path.exists():
+            raise InputError(pattern, "file not found", fix="check the path")
+        out.append(path)
+    if not out:
+        raise InputError("DATA", "no input files given", fix="pass one or more pair files")
+    return out
+
+
+def resolve_mapping(path: str, columns: list[str], user: ColumnMapping) -> FileMapping:
+    """Columns for each role: flags first, then the first recognised layout."""
+    present = set(columns)
+    for role, name in (("anchor", user.anchor), ("positive", user.positive), ("id", user.id),
+                       ("source", user.source), ("cohort", user.cohort), ("group", user.group)):
+        if name is not None and name not in present:
+            raise _missing(path, name, columns, f"--{role}")
+    for name in user.negatives:
+        if name not in present:
+            raise _missing(path, name, columns, "--negative")
+
+    layout = "flags" if user.anchor and user.positive else None
+    anchor, positive, negatives = user.anchor, user.positive, tuple(user.negatives)
+    if layout is None:
+        for name, a, positives, neg_pattern in LAYOUTS:
+            pos = next((p for p in positives if p in present), None)
+            if a in present and pos is not None:
+                layout = name
+                anchor = anchor or a
+                positive = positive or pos
+                if not negatives:
+                    negatives = tuple(c for c in columns if re.match(neg_pattern, c))
+                break
+    if layout is None or anchor is None or positive is None:
+        raise InputError(
+            path,
+            f"no anchor/positive columns recognised among: {', '.join(columns)}",
+            fix="name them with --anchor COLUMN --positive COLUMN (and --negative COLUMN for hard negatives)",
+        )
+    optional = {
+        role: getattr(user, role) or next((c for c in names if c in present), None)
+        for role, names in OPTIONAL.items()
+    }
+    return FileMapping(path, layout, anchor, positive, negatives, **optional)
+
+
+def _missing(path: str, name: str, columns: list[str], flag: str) -> InputError:
+    return InputError(path, f"column '{name}' not found (columns: {', '.join(columns)})", fix=f"pass {flag} with one of these columns")
+
+
+def load_rows(patterns: list[str], user: ColumnMapping, on_bad_row: str = "error") -> LoadResult:
+    """Read, map and validate every file; concatenate into the canonical frame."""
+    files = expand_paths(patterns)
+    frames: list[pl.DataFrame] = []
+    mappings: list[FileMapping] = []
+    skipped: list[BadRow] = []
+    offset = 0
+    for path in files:
+        holder: dict[str, FileMapping] = {}
+
+        def text_columns(columns: list[str], _path: str = str(path)) -> set[str]:
+            holder["m"] = resolve_mapping(_path, columns, user)
+            m = holder["m"]
+            return {m.anchor, m.positive, *m.negatives}
+
+        raw = read_raw(path, on_bad_row, text_columns)
+        mapping = holder.get("m") or resolve_mapping(str(path), raw.frame.columns, user)
+        skipped.extend(BadRow(str(path), line, None, reason) for line, reason in raw.skipped)
+        frame, bad = _canonical(raw, mapping, offset, on_bad_row)
+        skipped.extend(bad)
+        offset += raw.frame.height + len(raw.skipped)
+        frames.append(frame)
+        mappings.append(mapping)
+    rows = pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0]
+    rows = _check_ids(rows, on_bad_row, skipped)
+    if rows.height == 0:
+        raise InputError(str(files[0]), "no valid rows left after skipping bad rows", fix="fix the input")
+    return LoadResult(rows=rows, mappings=mappings, skipped=skipped, files=[str(f) for f in files])
+
+
+def _text_problem(name: str, dtype: pl.DataType) -> pl.Expr:
+    col = pl.col(name)
+    if dtype == pl.String:
+        return (
+            pl.when(col.is_null()).then(pl.lit(f"column '{name}' is null"))
+            .when(col.str.strip_chars() == "").then(pl.lit(f"column '{name}' is empty"))
+        )
+    if dtype == pl.Null:
+        return pl.lit(f"column '{name}' is null")
+    return pl.lit(f"column '{name}' is {dtype}, not text")
+
+
+def _list_problem(name: str, dtype: pl.DataType, required: bool) -> pl.Expr:
+    """Problems of a list-of-text column (FlagEmbedding ``pos`` / ``neg``)."""
+    col = pl.col(name)
+    if dtype == pl.List(pl.Null):
+        empty = pl.lit(f"column '{name}' holds nulls") if required else pl.lit(None, pl.String)
+        return pl.when(col.list.len() > 0).then(pl.lit(f"column '{name}' holds nulls")).otherwise(empty)
+    if dtype != pl.List(pl.String):
+        return pl.lit(f"column '{name}' is {dtype}, not a list of text")
+    expr = pl.when(col.list.eval(pl.element().is_null()).list.any()).then(pl.lit(f"column '{name}' holds a null item"))
+    expr = expr.when(col.list.eval(pl.element().str.strip_chars() == "").list.any()).then(pl.lit(f"column '{name}' holds an empty item"))
+    if required:
+        expr = expr.when(col.is_null() | (col.list.len() == 0)).then(pl.lit(f"column '{name}' has no items"))
+    return expr
+
+
+def _canonical(raw: RawTable, m: FileMapping, offset: int, on_bad_row: str) -> tuple[pl.DataFrame, list[BadRow]]:
+    frame = raw.frame
+    schema = frame.schema
+    n = frame.height
+    where = raw.lines if raw.lines is not None else np.arange(1, n + 1)
+    frame = frame.with_columns(pl.Series("__where", where, dtype=pl.Int64))
+
+    checks: list[pl.Expr] = []
+    anchor_dtype = schema[m.anchor]
+    if isinstance(anchor_dtype, pl.List):
+        checks.append(pl.lit(f"column '{m.anchor}' is a list; an anchor must be one text"))
+    else:
+        checks.append(_text_problem(m.anchor, anchor_dtype))
+    pos_dtype = schema[m.positive]
+    pos_is_list = isinstance(pos_dtype, pl.List)
+    checks.append(_list_problem(m.positive, pos_dtype, True) if pos_is_list else _text_problem(m.positive, pos_dtype))
+    for name in m.negatives:
+        dtype = schema[name]
+        if isinstance(dtype, pl.List):
+            checks.append(_list_problem(name, dtype, False))
+        elif dtype != pl.Null:
+            checks.append(
+                pl.when(pl.col(name).is_not_null()).then(_text_problem(name, dtype))
+                if dtype == pl.String else _text_problem(name, dtype)
+            )
+    if m.id is not None:
+        checks.append(pl.when(pl.col(m.id).is_null()).then(pl.lit(f"column '{m.id}' (the id) is null")))
+
+    problem = pl.coalesce(checks) if len(checks) > 1 else checks[0]
+    frame = frame.with_columns(problem.cast(pl.String).alias("__problem"))
+    bad_frame = frame.filter(pl.col("__problem").is_not_null())
+    bad: list[BadRow] = []
+    if bad_frame.height:
+        first = bad_frame.row(0, named=True)
+        if on_bad_row != "skip":
+            loc = {"line": first["__where"]} if raw.lines is not None else {"row": first["__where"]}
+            fix = SKIP_FIX
+            if "not text" in first["__problem"] or "is a list" in first["__problem"]:
+                fix = "map a text column with --anchor/--positive/--negative, or pass --on-bad-row skip"
+            raise InputError(raw.path, first["__problem"], **loc, fix=fix)
+        lines_col = bad_frame.get_column("__where").to_list()
+        reasons = bad_frame.get_column("__problem").to_list()
+        bad = [
+            BadRow(raw.path, w if raw.lines is not None else None, None if raw.lines is not None else w, r)
+            for w, r in zip(lines_col, reasons, strict=True)
+        ]
+    frame = frame.with_row_index("__index", offset=offset).filter(pl.col("__problem").is_null())
+
+    negatives = _negatives_expr(m, schema)
+    ident = pl.col(m.id).cast(pl.String) if m.id else pl.col("__index").cast(pl.String)
+    out = frame.select(
+        ident.alias("id"),
+        pl.col(m.anchor).alias("anchor"),
+        pl.col(m.positive).alias("positive"),
+        negatives.alias("negatives"),
+        *(
+            (pl.col(name).cast(pl.String) if name else pl.lit(None, pl.String)).alias(role)
+            for role, name in (("source", m.source), ("cohort", m.cohort), ("group", m.group))
+        ),
+        pl.lit(raw.path).alias("file"),
+        pl.col("__where").alias("line"),
+    )
+    if pos_is_list:
+        # One row per positive: FlagEmbedding's ``pos`` list holds several valid documents.
+        out = (
+            out.with_columns(pl.col("positive").list.len().alias("__n"))
+            .explode("positive")
+            .with_columns(
+                pl.when(pl.col("__n") > 1)
+                .then(pl.col("id") + "#" + pl.int_range(pl.len()).over("id", "line").cast(pl.String))
+                .otherwise(pl.col("id"))
+                .alias("id")
+            )
+            .drop("__n")
+        )
+    return out, bad
+
+
+def _negatives_expr(m: FileMapping, schema: pl.Schema) -> pl.Expr:
+    parts: list[pl.Expr] = []
+    for name in m.negatives:
+        dtype = schema[name]
+        if dtype == pl.Null or dtype == pl.List(pl.Null):
+            continue
+        if isinstance(dtype, pl.List):
+            parts.append(pl.col(name).fill_null(pl.lit([], pl.List(pl.String))))
+        else:
+            parts.append(pl.concat_list(pl.col(name)).list.drop_nulls())
+    if not parts:
+        return pl.lit([], pl.List(pl.String))
+    return pl.concat_list(parts)
+
+
+def _check_ids(rows: pl.DataFrame, on_bad_row: str, skipped: list[BadRow]) -> pl.DataFrame:
+    dup = rows.with_row_index("__i").filter(pl.col("id").is_duplicated())
+    if dup.height == 0:
+        return rows
+    if on_bad_row == "skip":
+        later = dup.filter(pl.col("__i") != pl.col("__i").min().over("id"))
+        for r in later.iter_rows(named=True):
+            skipped.append(BadRow(r["file"], r["line"], None, f"id '{r['id']}' repeats an earlier row's id"))
+        return rows.with_row_index("__i").filter(~pl.col("__i").is_in(later.get_column("__i").implode())).drop("__i")
+    first_id = dup.row(0, named=True)["id"]
+    both = dup.filter(pl.col("id") == first_id).head(2).rows(named=True)
+    raise InputError(
+        both[1]["file"], f"id '{first_id}' repeats the id of {both[0]['file']}:{both[0]['line']}",
+        line=both[1]["line"], column=None,
+        fix="ids must be unique: fix the id column, or drop --id to number rows instead",
+    )

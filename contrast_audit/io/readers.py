@@ -1,0 +1,301 @@
+"""Readers per file format. Each returns a ``RawTable``: every column the file has, plus where
+each row came from (its physical line, or its row number for Parquet).
+
+Bad bytes, bad syntax and files that are not what their extension says are reported here with
+the line; problems with the values of mapped columns are found later, in ``io.load``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from contrast_audit.errors import InputError
+
+FORMATS = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "jsonl",
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".tab": "tsv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
+
+PARQUET_MAGIC = b"PAR1"
+
+
+@dataclass
+class RawTable:
+    """A file's rows before mapping. ``lines`` holds each row's physical line (1-based) for text
+    formats; for Parquet it is ``None`` and rows are located by number."""
+
+    path: str
+    kind: str
+    frame: pl.DataFrame
+    lines: np.ndarray | None
+    # Rows the reader itself had to drop under --on-bad-row skip: (line, reason).
+    skipped: list[tuple[int, str]]
+
+    def where(self, index: int) -> dict[str, int]:
+        """``line=`` or ``row=`` keyword for ``InputError`` locating row ``index`` (0-based)."""
+        if self.lines is None:
+            return {"row": index + 1}
+        return {"line": int(self.lines[index])}
+
+
+def file_kind(path: Path) -> str:
+    kind = FORMATS.get(path.suffix.lower())
+    if kind is None:
+        raise InputError(
+            str(path),
+            f"unsupported file type '{path.suffix or '(none)'}'",
+            fix="use .jsonl, .ndjson, .json, .csv, .tsv or .parquet",
+        )
+    return kind
+
+
+def read_raw(path: Path, on_bad_row: str, json_types: Callable[[list[str]], set[str]]) -> RawTable:
+    """Read one file into a ``RawTable``.
+
+    ``json_types`` maps a file's column names to the names whose values must be text (or lists of
+    text); JSON Lines values of any other type in those columns are reported with their line.
+    """
+    kind = file_kind(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(str(path), f"cannot be read ({exc.strerror})", fix="check the path and its permissions") from exc
+    if not data.strip():
+        raise InputError(str(path), "file is empty", fix="pass a file with a header and at least one row")
+    if kind == "parquet":
+        return _read_parquet(path, data)
+    if data.startswith(PARQUET_MAGIC):
+        raise InputError(
+            str(path), f"is a Parquet file, not {kind.upper()}", fix="rename it to .parquet"
+        )
+    text = _decode(path, data)
+    if kind == "jsonl":
+        return _read_jsonl(path, text, on_bad_row, json_types)
+    return _read_delimited(path, text, "\t" if kind == "tsv" else ",", kind, on_bad_row)
+
+
+def _decode(path: Path, data: bytes) -> str:
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        line = data.count(b"\n", 0, nul) + 1
+        raise InputError(
+            str(path),
+            "contains NUL bytes: this is a binary file, not text",
+            line=line,
+            fix="check the file type; Parquet files need the .parquet extension",
+        )
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise InputError(
+            str(path),
+            f"byte 0x{data[exc.start]:02x} at character {col} is not valid UTF-8",
+            line=line,
+            fix="re-encode the file as UTF-8 (for example: iconv -f latin1 -t utf-8)",
+        ) from exc
+
+
+def _split_lines(text: str) -> tuple[list[str], np.ndarray]:
+    """Non-blank lines (CRLF and CR-less endings accepted) and their 1-based line numbers."""
+    series = pl.Series("line", text.split("\n"), dtype=pl.String).str.strip_suffix("\r")
+    frame = pl.DataFrame({"line": series}).with_row_index("no", offset=1)
+    kept = frame.filter(pl.col("line").str.strip_chars() != "")
+    return kept.get_column("line").to_list(), kept.get_column("no").to_numpy().astype(np.int64)
+
+
+def _read_jsonl(
+    path: Path, text: str, on_bad_row: str, json_types: Callable[[list[str]], set[str]]
+) -> RawTable:
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    lines, numbers = _split_lines(text)
+    stripped = text.lstrip()
+    if path.suffix.lower() == ".json" and stripped.startswith("["):
+        return _read_json_array(path, stripped)
+    try:
+        table = pj.read_json(
+            io.BytesIO("\n".join(lines).encode("utf-8")),
+            read_options=pj.ReadOptions(block_size=1 << 26),
+        )
+        frame = pl.from_arrow(table)
+        assert isinstance(frame, pl.DataFrame)
+        if not _json_types_ok(frame, json_types(frame.columns)):
+            raise ValueError("a text column holds values of another type")
+        return RawTable(str(path), "jsonl", frame, numbers, [])
+    except (pa.ArrowInvalid, ValueError, pl.exceptions.PolarsError):
+        pass
+    return _read_jsonl_slow(path, lines, numbers, on_bad_row, json_types)
+
+
+def _json_types_ok(frame: pl.DataFrame, text_columns: set[str]) -> bool:
+    for name in text_columns & set(frame.columns):
+        dtype = frame.schema[name]
+        if dtype == pl.Null or dtype == pl.String or dtype == pl.List(pl.String) or dtype == pl.List(pl.Null):
+            continue
+        return False
+    return True
+
+
+def _read_jsonl_slow(
+    path: Path,
+    lines: list[str],
+    numbers: np.ndarray,
+    on_bad_row: str,
+    json_types: Callable[[list[str]], set[str]],
+) -> RawTable:
+    """Line-by-line parsing, used only when the fast reader refuses the file: it finds the exact
+    line and reason, and under ``--on-bad-row skip`` keeps every good line."""
+    records: list[dict] = []
+    kept: list[int] = []
+    skipped: list[tuple[int, str]] = []
+    for number, line in zip(numbers.tolist(), lines, strict=True):
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            reason = f"is not valid JSON ({exc.msg} at character {exc.colno})"
+            if not records and not skipped and number == numbers[0] and ("," in line or "\t" in line):
+                raise InputError(
+                    str(path), reason, line=number,
+                    fix="this looks like CSV/TSV: give the file a .csv or .tsv extension",
+                ) from exc
+            _bad(path, number, reason, on_bad_row, skipped, "fix the line or pass --on-bad-row skip")
+            continue
+        if not isinstance(value, dict):
+            reason = f"is a JSON {type(value).__name__}, not an object"
+            _bad(path, number, reason, on_bad_row, skipped, 'write one {"column": value, ...} object per line')
+            continue
+        records.append(value)
+        kept.append(number)
+    if not records:
+        raise InputError(str(path), "no valid rows", fix="check the file's format")
+    columns = list(dict.fromkeys(key for record in records for key in record))
+    text_columns = json_types(columns)
+    good = np.ones(len(records), dtype=bool)
+    for index, record in enumerate(records):
+        for name in text_columns:
+            value = record.get(name)
+            if value is None or isinstance(value, str):
+                continue
+            if isinstance(value, list) and all(isinstance(v, str) or v is None for v in value):
+                continue
+            reason = f"column '{name}' is a JSON {_json_type(value)}, not text"
+            _bad(path, kept[index], reason, on_bad_row, skipped, "make the value a string or pass --on-bad-row skip")
+            good[index] = False
+            break
+    records = [r for r, ok in zip(records, good, strict=True) if ok]
+    numbers_kept = np.asarray(kept, dtype=np.int64)[good]
+    frame = pl.DataFrame(
+        {name: _column(records, name, name in text_columns) for name in columns},
+        strict=False,
+    )
+    return RawTable(str(path), "jsonl", frame, numbers_kept, skipped)
+
+
+def _column(records: list[dict], name: str, text: bool) -> pl.Series:
+    values = [record.get(name) for record in records]
+    if text:
+        if any(isinstance(v, list) for v in values):
+            return pl.Series(name, [v if isinstance(v, list) or v is None else [v] for v in values], dtype=pl.List(pl.String))
+        return pl.Series(name, values, dtype=pl.String)
+    if all(v is None or isinstance(v, (str, int, float, bool)) for v in values):
+        return pl.Series(name, [None if v is None else str(v) for v in values], dtype=pl.String)
+    return pl.Series(name, [None if v is None else json.dumps(v) for v in values], dtype=pl.String)
+
+
+def _json_type(value: object) -> str:
+    return {bool: "boolean", int: "number", float: "number", list: "array", dict: "object"}.get(type(value), type(value).__name__)
+
+
+def _bad(path: Path, line: int, reason: str, on_bad_row: str, skipped: list[tuple[int, str]], fix: str) -> None:
+    if on_bad_row != "skip":
+        raise InputError(str(path), reason, line=line, fix=fix)
+    skipped.append((line, reason))
+
+
+def _read_json_array(path: Path, text: str) -> RawTable:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(str(path), f"is not valid JSON ({exc.msg})", line=exc.lineno, fix="fix the JSON syntax") from exc
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise InputError(str(path), "a .json file must be JSON Lines or an array of objects", fix="write one object per line (.jsonl)")
+    if not value:
+        raise InputError(str(path), "file is empty", fix="pass a file with at least one row")
+    columns = list(dict.fromkeys(key for record in value for key in record))
+    frame = pl.DataFrame({name: _column(value, name, False) for name in columns})
+    return RawTable(str(path), "jsonl", frame, None, [])
+
+
+def _read_delimited(path: Path, text: str, sep: str, kind: str, on_bad_row: str) -> RawTable:
+    first = text.lstrip().split("\n", 1)[0]
+    if first.startswith("{") or first.startswith("["):
+        raise InputError(
+            str(path), f"looks like JSON, not {kind.upper()}", line=1,
+            fix="give the file a .jsonl extension",
+        )
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep, strict=True)
+    try:
+        header = next(reader)
+        while not any(cell.strip() for cell in header):
+            header = next(reader)
+    except StopIteration:
+        raise InputError(str(path), "file is empty", fix="pass a file with a header and at least one row") from None
+    header_line = reader.line_num
+    duplicates = sorted({h for h in header if header.count(h) > 1})
+    if duplicates:
+        raise InputError(
+            str(path), f"header repeats column(s) {', '.join(map(repr, duplicates))}",
+            line=header_line, fix="give every column a distinct name",
+        )
+    width = len(header)
+    rows: list[list[str]] = []
+    numbers: list[int] = []
+    skipped: list[tuple[int, str]] = []
+    try:
+        for record in reader:
+            if not record or (len(record) == 1 and not record[0].strip()):
+                continue
+            if len(record) != width:
+                reason = f"has {len(record)} fields, the header has {width}"
+                fix = "quote fields that contain the separator, or pass --on-bad-row skip"
+                _bad(path, reader.line_num, reason, on_bad_row, skipped, fix)
+                continue
+            rows.append(record)
+            numbers.append(reader.line_num)
+    except csv.Error as exc:
+        raise InputError(str(path), f"is not valid {kind.upper()} ({exc})", line=reader.line_num + 1, fix="check the quoting") from exc
+    if not rows:
+        raise InputError(str(path), "has a header but no rows", line=header_line, fix="add rows or drop the file")
+    columns = list(zip(*rows, strict=True))
+    frame = pl.DataFrame({name: pl.Series(name, values, dtype=pl.String) for name, values in zip(header, columns, strict=True)})
+    frame = frame.with_columns(pl.all().replace("", None))
+    return RawTable(str(path), kind, frame, np.asarray(numbers, dtype=np.int64), skipped)
+
+
+def _read_parquet(path: Path, data: bytes) -> RawTable:
+    if not data.startswith(PARQUET_MAGIC):
+        raise InputError(str(path), "is not a Parquet file (no PAR1 header)", fix="check the file type and its extension")
+    try:
+        frame = pl.read_parquet(io.BytesIO(data))
+    except Exception as exc:  # polars raises several types for corrupt files
+        raise InputError(str(path), f"cannot be read as Parquet ({exc})", fix="re-export the file") from exc
+    if frame.height == 0:
+        raise InputError(str(path), "has no rows", fix="pass a file with at least one row")
+    return RawTable(str(path), "parquet", frame, None, [])

@@ -1,0 +1,223 @@
+"""Known positives × comparison sets → findings with severity.
+
+For every global batch and every direction of the loss, each anchor is compared with the
+candidates MultipleNegativesRankingLoss puts in its softmax denominator; each detector marks the
+candidates equivalent to the anchor's known positives. A row's own hard negatives are judged once,
+apart, as possible mislabelled negatives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, Corpus
+from contrast_audit.evidence import SEVERITY_NAMES, Detector, Pairs
+from contrast_audit.plan import GlobalBatches
+
+PAIRS_PER_CHUNK = 2_000_000
+
+
+@dataclass
+class Judgement:
+    findings: pl.DataFrame
+    mislabelled: pl.DataFrame
+    candidates: int
+    candidates_by_direction: dict[str, int]
+    candidates_per_row: np.ndarray
+    detector_info: dict[str, dict] = field(default_factory=dict)
+
+
+def batch_pairs(gb: GlobalBatches, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every ordered pair of distinct occurrences in global batches ``start..stop-1``:
+    (batch index, anchor row, other row)."""
+    sizes = gb.sizes[start:stop]
+    lo, hi = gb.offsets[start], gb.offsets[stop]
+    rows = gb.rows[lo:hi]
+    local_offsets = gb.offsets[start:stop] - lo
+    occ_batch = np.repeat(np.arange(stop - start), sizes)
+    counts = sizes[occ_batch]
+    total = int(counts.sum())
+    i = np.repeat(np.arange(rows.shape[0]), counts)
+    block_start = np.repeat(local_offsets[occ_batch], counts)
+    within = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+    j = block_start + within
+    keep = i != j
+    i, j = i[keep], j[keep]
+    return occ_batch[i] + start, rows[i], rows[j]
+
+
+def direction_pairs(corpus: Corpus, direction: str, batch: np.ndarray, anchor: np.ndarray, other: np.ndarray) -> tuple[Pairs, np.ndarray]:
+    """The candidates of one direction for (anchor row, other row) pairs, and their batch ids."""
+    if direction in ("query_to_query", "doc_to_query"):
+        pairs = Pairs(direction, anchor, other, np.full(anchor.shape[0], ANCHOR_ROLE, dtype=np.int64), corpus.anchor[other])
+        return pairs, batch
+    # query_to_doc, doc_to_doc: other rows' positives and every hard negative of other rows.
+    parts_anchor = [anchor]
+    parts_other = [other]
+    parts_role = [np.full(anchor.shape[0], POSITIVE_ROLE, dtype=np.int64)]
+    parts_tid = [corpus.positive[other]]
+    parts_batch = [batch]
+    for k in range(corpus.negatives.shape[1]):
+        tid = corpus.negatives[other, k]
+        has = tid >= 0
+        parts_anchor.append(anchor[has])
+        parts_other.append(other[has])
+        parts_role.append(np.full(int(has.sum()), k + 1, dtype=np.int64))
+        parts_tid.append(tid[has])
+        parts_batch.append(batch[has])
+    pairs = Pairs(
+        direction,
+        np.concatenate(parts_anchor),
+        np.concatenate(parts_other),
+        np.concatenate(parts_role),
+        np.concatenate(parts_tid),
+    )
+    return pairs, np.concatenate(parts_batch)
+
+
+def _chunks(gb: GlobalBatches, width: int) -> list[tuple[int, int]]:
+    cost = gb.sizes.astype(np.int64) ** 2 * width
+    bounds = [0]
+    acc = 0
+    for g, c in enumerate(cost.tolist()):
+        if acc and acc + c > PAIRS_PER_CHUNK:
+            bounds.append(g)
+            acc = 0
+        acc += c
+    bounds.append(len(gb))
+    return [(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+
+
+def _evaluate(detectors: Sequence[Detector], pairs: Pairs) -> tuple[np.ndarray, np.ndarray, list]:
+    hits = [d.detect(pairs) for d in detectors]
+    found = np.zeros(len(pairs), dtype=bool)
+    severity = np.full(len(pairs), -1, dtype=np.int8)
+    for h in hits:
+        found |= h.mask
+        severity = np.where(h.mask, np.maximum(severity, h.severity), severity)
+    return found, severity, hits
+
+
+def _frame(columns: dict[str, np.ndarray], hits: list, found: np.ndarray) -> pl.DataFrame:
+    data = {name: values[found] for name, values in columns.items()}
+    for idx, h in enumerate(hits):
+        data[f"hit_{idx}"] = h.mask[found]
+        data[f"score_{idx}"] = h.score[found]
+    frame = pl.DataFrame(data)
+    structs = [
+        pl.when(pl.col(f"hit_{idx}")).then(
+            pl.struct(
+                pl.lit(h.kind).alias("kind"),
+                pl.col(f"score_{idx}").alias("score"),
+                pl.lit(h.threshold, pl.Float64).alias("threshold"),
+            )
+        )
+        for idx, h in enumerate(hits)
+    ]
+    return frame.with_columns(pl.concat_list(structs).list.drop_nulls().alias("evidence")).drop(
+        [c for c in frame.columns if c.startswith(("hit_", "score_"))]
+    )
+
+
+def judge(
+    corpus: Corpus,
+    batches: GlobalBatches,
+    detectors: Sequence[Detector],
+    directions: Sequence[str],
+    progress: Callable[[int], None] | None = None,
+) -> Judgement:
+    """Compare every anchor with its comparison set in every global batch."""
+    width = 1 + corpus.negatives.shape[1]
+    per_row = np.zeros(corpus.n_rows, dtype=np.int64)
+    by_direction: dict[str, int] = {}
+    frames: list[pl.DataFrame] = []
+    chunks = _chunks(batches, width)
+    for direction in directions:
+        by_direction[direction] = 0
+        for start, stop in chunks:
+            batch, anchor, other = batch_pairs(batches, start, stop)
+            pairs, pair_batch = direction_pairs(corpus, direction, batch, anchor, other)
+            by_direction[direction] += len(pairs)
+            per_row += np.bincount(pairs.anchor_row, minlength=corpus.n_rows)
+            found, severity, hits = _evaluate(detectors, pairs)
+            if found.any():
+                frames.append(
+                    _frame(
+                        {
+                            "batch": pair_batch,
+                            "epoch": batches.epoch[pair_batch],
+                            "anchor_row": pairs.anchor_row,
+                            "cand_row": pairs.cand_row,
+                            "cand_role": pairs.cand_role,
+                            "cand_tid": pairs.cand_tid,
+                            "severity_rank": severity,
+                        },
+                        hits,
+                        found,
+                    ).with_columns(pl.lit(direction).alias("direction"))
+                )
+            if progress:
+                progress(stop - start)
+    findings = _finish(frames, directions)
+    return Judgement(
+        findings=findings,
+        mislabelled=mislabelled_negatives(corpus, detectors),
+        candidates=sum(by_direction.values()),
+        candidates_by_direction=by_direction,
+        candidates_per_row=per_row,
+        detector_info={d.name: d.info() for d in detectors},
+    )
+
+
+_SEVERITY = pl.Enum(["certain", "likely", "suspect"])
+
+
+def _severity_name(col: str = "severity_rank") -> pl.Expr:
+    return pl.col(col).replace_strict(SEVERITY_NAMES, return_dtype=pl.String).cast(_SEVERITY).alias("severity")
+
+
+def _finish(frames: list[pl.DataFrame], directions: Sequence[str]) -> pl.DataFrame:
+    if not frames:
+        return empty_findings()
+    order = {d: i for i, d in enumerate(directions)}
+    return (
+        pl.concat(frames)
+        .with_columns(_severity_name(), pl.col("direction").replace_strict(order, return_dtype=pl.Int64).alias("_d"))
+        .sort(["batch", "_d", "anchor_row", "cand_row", "cand_role"])
+        .drop("_d")
+        .select("batch", "epoch", "direction", "anchor_row", "cand_row", "cand_role", "cand_tid", "severity", "severity_rank", "evidence")
+    )
+
+
+def empty_findings() -> pl.DataFrame:
+    evidence = pl.List(pl.Struct({"kind": pl.String, "score": pl.Float64, "threshold": pl.Float64}))
+    return pl.DataFrame(
+        schema={
+            "batch": pl.Int64, "epoch": pl.Int64, "direction": pl.String, "anchor_row": pl.Int64,
+            "cand_row": pl.Int64, "cand_role": pl.Int64, "cand_tid": pl.Int64, "severity": _SEVERITY,
+            "severity_rank": pl.Int8, "evidence": evidence,
+        }
+    )
+
+
+def mislabelled_negatives(corpus: Corpus, detectors: Sequence[Detector]) -> pl.DataFrame:
+    """Each row's own hard negatives, judged against that row's anchor and positive."""
+    rows_idx, slot = np.nonzero(corpus.negatives >= 0)
+    empty = empty_findings().select("anchor_row", "cand_role", "cand_tid", "severity", "severity_rank", "evidence")
+    if rows_idx.shape[0] == 0:
+        return empty
+    rows_idx = rows_idx.astype(np.int64)
+    pairs = Pairs("query_to_doc", rows_idx, rows_idx, slot.astype(np.int64) + 1, corpus.negatives[rows_idx, slot])
+    found, severity, hits = _evaluate(detectors, pairs)
+    if not found.any():
+        return empty
+    frame = _frame(
+        {"anchor_row": pairs.anchor_row, "cand_role": pairs.cand_role, "cand_tid": pairs.cand_tid, "severity_rank": severity},
+        hits,
+        found,
+    )
+    return frame.with_columns(_severity_name()).select(empty.columns).sort(["anchor_row", "cand_role"])

@@ -1,0 +1,57 @@
+"""Markdown report, for CI artifacts and pull-request comments."""
+
+from __future__ import annotations
+
+from contrast_audit.api import AuditResult
+from contrast_audit.report.common import clip, evidence_text, mapping_lines, top_findings
+
+
+def _cell(text: str) -> str:
+    return clip(text, 80).replace("|", "\\|")
+
+
+def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
+    c = result.counts()
+    sev = c["by_severity"]
+    out = [
+        "# contrast-audit scan",
+        "",
+        *(f"- mapping: {line}" for line in mapping_lines(result)),
+        f"- comparison sets: {c['batches']} (batch size {result.config.plan.batch_size}, "
+        f"world size {result.config.plan.world_size}; directions {', '.join(result.config.loss.directions)})",
+        "",
+        "| metric | value |",
+        "|---|---:|",
+        f"| rows | {c['rows']} |",
+        f"| candidates compared | {c['candidates']} |",
+        f"| false negatives | {c['findings']} |",
+        f"| certain / likely / suspect | {sev['certain']} / {sev['likely']} / {sev['suspect']} |",
+        f"| false-negative rate | {c['fn_rate']:.4%} |",
+        f"| rows affected | {c['rows_affected']} |",
+        f"| mislabelled hard negatives | {c['mislabelled_negatives']} |",
+        "",
+        "| evidence | findings |",
+        "|---|---:|",
+        *(f"| {k} | {n} |" for k, n in c["by_kind"].items()),
+        "",
+    ]
+    for column in ("source", "cohort"):
+        rows = result.breakdown(column)
+        if len(rows) == 1 and rows[0][column] == "(none)":
+            continue
+        out += [f"## By {column}", "", f"| {column} | rows | candidates | findings | fn-rate | rows affected |", "|---|---:|---:|---:|---:|---:|"]
+        out += [
+            f"| {_cell(r[column])} | {r['rows']} | {r['candidates']} | {r['findings']} | {r['fn_rate']:.4%} | {r['rows_affected']} |"
+            for r in rows
+        ]
+        out.append("")
+    if c["findings"]:
+        shown = top_findings(result, top)
+        out += [f"## Top {shown.height} of {c['findings']} findings", "", "| severity | batch | anchor | alleged negative | evidence |", "|---|---:|---|---|---|"]
+        out += [
+            f"| {r['severity']} | {r['batch']} | {_cell(r['anchor_text'])} (`{r['anchor_id']}`) | "
+            f"{_cell(r['candidate_text'])} (`{r['candidate_id']}` {r['candidate_role']}) | {evidence_text(r['evidence'])} |"
+            for r in shown.iter_rows(named=True)
+        ]
+        out.append("")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,109 @@
+"""Terminal report with rich: headline numbers, breakdowns by source and cohort, and the top
+findings with their texts side by side."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.table import Table
+
+from contrast_audit.api import AuditResult
+from contrast_audit.report.common import clip, evidence_text, mapping_lines, top_findings
+
+SEVERITY_STYLE = {"certain": "bold red", "likely": "yellow", "suspect": "cyan"}
+
+
+def render(result: AuditResult, *, top: int = 20, color: bool = False, width: int | None = None) -> str:
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=color, no_color=not color, width=width or 160, highlight=False)
+    c = result.counts()
+
+    console.print("[bold]contrast-audit scan[/bold]")
+    for line in mapping_lines(result):
+        console.print(f"  mapping  {line}")
+    plan = result.config.plan
+    source = result.plan.source if plan.plan_file else f"{plan.sampler} sampler, seed {plan.seed}"
+    console.print(
+        f"  plan     {source}, batch size {plan.batch_size}, world size {plan.world_size}, "
+        f"{c['device_batches']} device batches → {c['batches']} comparison sets; "
+        f"directions {', '.join(result.config.loss.directions)}"
+    )
+    if c["skipped_rows"]:
+        console.print(f"  skipped  {c['skipped_rows']} bad rows (see the JSON report for each location)")
+
+    summary = Table(title="Summary", show_header=False, title_justify="left")
+    summary.add_column("metric")
+    summary.add_column("value", justify="right")
+    for label, value in (
+        ("rows", c["rows"]),
+        ("distinct texts", c["texts"]),
+        ("batches", c["batches"]),
+        ("candidates compared", c["candidates"]),
+        ("false negatives", c["findings"]),
+        ("  certain", c["by_severity"]["certain"]),
+        ("  likely", c["by_severity"]["likely"]),
+        ("  suspect", c["by_severity"]["suspect"]),
+        ("false-negative rate", f"{c['fn_rate']:.4%}"),
+        ("rows affected", c["rows_affected"]),
+        ("mislabelled hard negatives", c["mislabelled_negatives"]),
+    ):
+        summary.add_row(label, str(value))
+    console.print(summary)
+
+    kinds = Table(title="Findings by evidence", title_justify="left")
+    kinds.add_column("kind")
+    kinds.add_column("findings", justify="right")
+    for kind, n in c["by_kind"].items():
+        kinds.add_row(kind, str(n))
+    console.print(kinds)
+
+    for column in ("source", "cohort"):
+        rows = result.breakdown(column)
+        if len(rows) == 1 and rows[0][column] == "(none)":
+            continue
+        table = Table(title=f"By {column}", title_justify="left")
+        for name in (column, "rows", "candidates", "findings", "certain", "likely", "suspect", "fn-rate", "rows affected"):
+            table.add_column(name, justify="left" if name == column else "right")
+        for r in rows:
+            table.add_row(
+                r[column], str(r["rows"]), str(r["candidates"]), str(r["findings"]), str(r["certain"]),
+                str(r["likely"]), str(r["suspect"]), f"{r['fn_rate']:.4%}", str(r["rows_affected"]),
+            )
+        console.print(table)
+
+    if c["findings"]:
+        shown = top_findings(result, top)
+        table = Table(title=f"Top {shown.height} of {c['findings']} findings", title_justify="left")
+        for name in ("severity", "batch", "anchor", "its positive", "alleged negative", "evidence"):
+            table.add_column(name, overflow="fold")
+        for r in shown.iter_rows(named=True):
+            sev = r["severity"]
+            table.add_row(
+                f"[{SEVERITY_STYLE[sev]}]{sev}[/]",
+                str(r["batch"]),
+                f"{clip(r['anchor_text'], 50)}\n[dim]{r['anchor_id']}[/dim]",
+                clip(r["positive_text"], 50),
+                f"{clip(r['candidate_text'], 50)}\n[dim]{r['candidate_id']} {r['candidate_role']} · {r['direction']}[/dim]",
+                evidence_text(r["evidence"]),
+            )
+        console.print(table)
+
+    if c["mislabelled_negatives"]:
+        mis = result.mislabelled.head(top)
+        table = Table(title=f"Mislabelled hard negatives ({c['mislabelled_negatives']})", title_justify="left")
+        for name in ("severity", "row", "anchor", "positive", "hard negative", "evidence"):
+            table.add_column(name, overflow="fold")
+        ids = result.corpus.rows.get_column("id")
+        for r in mis.iter_rows(named=True):
+            row = r["anchor_row"]
+            table.add_row(
+                f"[{SEVERITY_STYLE[r['severity']]}]{r['severity']}[/]",
+                str(ids[row]),
+                clip(result.corpus.text([result.corpus.anchor[row]])[0], 50),
+                clip(result.corpus.text([result.corpus.positive[row]])[0], 50),
+                clip(result.corpus.text([r["cand_tid"]])[0], 50) + f"\n[dim]negative_{r['cand_role']}[/dim]",
+                evidence_text(r["evidence"]),
+            )
+        console.print(table)
+    return buffer.getvalue()
