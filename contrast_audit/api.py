@@ -7,11 +7,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from contrast_audit import __version__
 from contrast_audit.config import AuditConfig
-from contrast_audit.corpus import Corpus, build_corpus, role_name
+from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, Corpus, build_corpus, role_name
 from contrast_audit.evidence import REGISTRY, SEVERITIES, Detector, default_detectors
 from contrast_audit.io import LoadResult, load_rows
 from contrast_audit.judge import Judgement, judge
@@ -121,21 +122,29 @@ class AuditResult:
         """Findings with ids and texts, for reports."""
         f = self.findings if frame is None else frame
         ids = self.corpus.rows.get_column("id")
-        texts = self.corpus.texts.get_column("text")
+        anchor_rows = f.get_column("anchor_row").to_numpy()
         return f.with_columns(
             ids.gather(f.get_column("anchor_row")).alias("anchor_id"),
             ids.gather(f.get_column("cand_row")).alias("candidate_id"),
             _role_names(f.get_column("cand_role")).alias("candidate_role"),
-            texts.gather(pl.Series(self.corpus.anchor).gather(f.get_column("anchor_row"))).alias("anchor_text"),
-            texts.gather(pl.Series(self.corpus.positive).gather(f.get_column("anchor_row"))).alias("positive_text"),
-            texts.gather(f.get_column("cand_tid")).alias("candidate_text"),
+            self.corpus.spelling(anchor_rows, np.full(f.height, ANCHOR_ROLE)).alias("anchor_text"),
+            self.corpus.spelling(anchor_rows, np.full(f.height, POSITIVE_ROLE)).alias("positive_text"),
+            self.corpus.spelling(f.get_column("cand_row").to_numpy(), f.get_column("cand_role").to_numpy()).alias(
+                "candidate_text"
+            ),
         )
 
     def report(self) -> dict[str, Any]:
         """The JSON report (``schema_version`` 1)."""
         findings = self.findings_table().select(
-            "batch", "epoch", "direction", "anchor_id", "candidate_id", "candidate_role",
-            pl.col("severity").cast(pl.String), "evidence",
+            "batch",
+            "epoch",
+            "direction",
+            "anchor_id",
+            "candidate_id",
+            "candidate_role",
+            pl.col("severity").cast(pl.String),
+            "evidence",
         )
         ids = self.corpus.rows.get_column("id")
         mis = self.mislabelled

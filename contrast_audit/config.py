@@ -6,10 +6,11 @@ effective configuration is echoed in every report (``AuditConfig.to_dict``).
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from contrast_audit.errors import ConfigError
 
@@ -47,8 +48,7 @@ class NormaliseConfig:
     def __post_init__(self) -> None:
         if self.unicode_form not in (None, "NFC", "NFKC", "NFD", "NFKD"):
             raise ConfigError(
-                f"normalise.unicode_form must be one of NFC, NFKC, NFD, NFKD or none, "
-                f"got {self.unicode_form!r}"
+                f"normalise.unicode_form must be one of NFC, NFKC, NFD, NFKD or none, got {self.unicode_form!r}"
             )
 
 
@@ -83,9 +83,7 @@ class PlanConfig:
         if self.world_size < 1:
             raise ConfigError(f"world_size must be >= 1, got {self.world_size}")
         if self.sampler not in SAMPLERS:
-            raise ConfigError(
-                f"sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}"
-            )
+            raise ConfigError(f"sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,12 @@ class Corpus:
     negatives: np.ndarray
     group: np.ndarray  # -1 where the row has no group
     raw: np.ndarray  # (rows × (2 + max negatives)) ids of the exact strings, -1 padded
+    raw_texts: pl.Series  # exact string of each raw id
+
+    def spelling(self, rows: np.ndarray, roles: np.ndarray) -> pl.Series:
+        """Each row's own spelling of the text in ``roles`` (anchor -1, positive 0, negative k)."""
+        rids = self.raw[np.asarray(rows, dtype=np.int64), np.asarray(roles, dtype=np.int64) + 1]
+        return self.raw_texts.gather(rids)
 
     @property
     def n_rows(self) -> int:
@@ -57,8 +63,16 @@ def build_corpus(rows: pl.DataFrame, cfg: NormaliseConfig) -> Corpus:
     k = int(rows.get_column("negatives").list.len().max() or 0)
     long = pl.concat(
         [
-            rows.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("row"), pl.lit(0, pl.Int32).alias("slot"), pl.col("anchor").alias("raw")),
-            rows.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("row"), pl.lit(1, pl.Int32).alias("slot"), pl.col("positive").alias("raw")),
+            rows.select(
+                pl.int_range(pl.len(), dtype=pl.Int64).alias("row"),
+                pl.lit(0, pl.Int32).alias("slot"),
+                pl.col("anchor").alias("raw"),
+            ),
+            rows.select(
+                pl.int_range(pl.len(), dtype=pl.Int64).alias("row"),
+                pl.lit(1, pl.Int32).alias("slot"),
+                pl.col("positive").alias("raw"),
+            ),
             rows.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("row"), pl.col("negatives").alias("raw"))
             .with_columns(pl.int_ranges(2, pl.col("raw").list.len() + 2, dtype=pl.Int32).alias("slot"))
             .explode("raw", "slot")
@@ -97,4 +111,5 @@ def build_corpus(rows: pl.DataFrame, cfg: NormaliseConfig) -> Corpus:
         negatives=tid_mat[:, 2:].copy(),
         group=group_codes,
         raw=raw_mat,
+        raw_texts=raws.sort("rid").get_column("raw"),
     )

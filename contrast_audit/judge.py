@@ -50,10 +50,14 @@ def batch_pairs(gb: GlobalBatches, start: int, stop: int) -> tuple[np.ndarray, n
     return occ_batch[i] + start, rows[i], rows[j]
 
 
-def direction_pairs(corpus: Corpus, direction: str, batch: np.ndarray, anchor: np.ndarray, other: np.ndarray) -> tuple[Pairs, np.ndarray]:
+def direction_pairs(
+    corpus: Corpus, direction: str, batch: np.ndarray, anchor: np.ndarray, other: np.ndarray
+) -> tuple[Pairs, np.ndarray]:
     """The candidates of one direction for (anchor row, other row) pairs, and their batch ids."""
     if direction in ("query_to_query", "doc_to_query"):
-        pairs = Pairs(direction, anchor, other, np.full(anchor.shape[0], ANCHOR_ROLE, dtype=np.int64), corpus.anchor[other])
+        pairs = Pairs(
+            direction, anchor, other, np.full(anchor.shape[0], ANCHOR_ROLE, dtype=np.int64), corpus.anchor[other]
+        )
         return pairs, batch
     # query_to_doc, doc_to_doc: other rows' positives and every hard negative of other rows.
     parts_anchor = [anchor]
@@ -189,7 +193,18 @@ def _finish(frames: list[pl.DataFrame], directions: Sequence[str]) -> pl.DataFra
         .with_columns(_severity_name(), pl.col("direction").replace_strict(order, return_dtype=pl.Int64).alias("_d"))
         .sort(["batch", "_d", "anchor_row", "cand_row", "cand_role"])
         .drop("_d")
-        .select("batch", "epoch", "direction", "anchor_row", "cand_row", "cand_role", "cand_tid", "severity", "severity_rank", "evidence")
+        .select(
+            "batch",
+            "epoch",
+            "direction",
+            "anchor_row",
+            "cand_row",
+            "cand_role",
+            "cand_tid",
+            "severity",
+            "severity_rank",
+            "evidence",
+        )
     )
 
 
@@ -197,9 +212,16 @@ def empty_findings() -> pl.DataFrame:
     evidence = pl.List(pl.Struct({"kind": pl.String, "score": pl.Float64, "threshold": pl.Float64}))
     return pl.DataFrame(
         schema={
-            "batch": pl.Int64, "epoch": pl.Int64, "direction": pl.String, "anchor_row": pl.Int64,
-            "cand_row": pl.Int64, "cand_role": pl.Int64, "cand_tid": pl.Int64, "severity": _SEVERITY,
-            "severity_rank": pl.Int8, "evidence": evidence,
+            "batch": pl.Int64,
+            "epoch": pl.Int64,
+            "direction": pl.String,
+            "anchor_row": pl.Int64,
+            "cand_row": pl.Int64,
+            "cand_role": pl.Int64,
+            "cand_tid": pl.Int64,
+            "severity": _SEVERITY,
+            "severity_rank": pl.Int8,
+            "evidence": evidence,
         }
     )
 
@@ -216,7 +238,12 @@ def mislabelled_negatives(corpus: Corpus, detectors: Sequence[Detector]) -> pl.D
     if not found.any():
         return empty
     frame = _frame(
-        {"anchor_row": pairs.anchor_row, "cand_role": pairs.cand_role, "cand_tid": pairs.cand_tid, "severity_rank": severity},
+        {
+            "anchor_row": pairs.anchor_row,
+            "cand_role": pairs.cand_role,
+            "cand_tid": pairs.cand_tid,
+            "severity_rank": severity,
+        },
         hits,
         found,
     )

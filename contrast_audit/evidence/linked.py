@@ -87,7 +87,11 @@ class LinkedDetector:
         r = pairs.anchor_row
         from_anchor = self.hops(c.anchor[r], pairs.cand_tid)
         from_positive = self.hops(c.positive[r], pairs.cand_tid)
-        both = np.where(from_anchor == 0, from_positive, np.where(from_positive == 0, from_anchor, np.minimum(from_anchor, from_positive)))
+        both = np.where(
+            from_anchor == 0,
+            from_positive,
+            np.where(from_positive == 0, from_anchor, np.minimum(from_anchor, from_positive)),
+        )
         # Identity is exact evidence, not a chain.
         same = (pairs.cand_tid == c.anchor[r]) | (pairs.cand_tid == c.positive[r])
         mask = (both > 0) & ~same

@@ -86,12 +86,18 @@ def expand_paths(patterns: list[str]) -> list[Path]:
             matched = sorted(glob.glob(pattern, recursive=True))
             files = [Path(m) for m in matched if Path(m).is_file()]
             if not files:
-                raise InputError(pattern, "no files match this pattern", fix="check the glob and quote it so the shell does not expand it")
+                raise InputError(
+                    pattern,
+                    "no files match this pattern",
+                    fix="check the glob and quote it so the shell does not expand it",
+                )
             out.extend(files)
             continue
         path = Path(pattern)
         if path.is_dir():
-            raise InputError(pattern, "is a directory", fix=f"pass files or a glob such as '{pattern.rstrip('/')}/*.jsonl'")
+            raise InputError(
+                pattern, "is a directory", fix=f"pass files or a glob such as '{pattern.rstrip('/')}/*.jsonl'"
+            )
         if not path.exists():
             raise InputError(pattern, "file not found", fix="check the path")
         out.append(path)
@@ -103,8 +109,14 @@ def expand_paths(patterns: list[str]) -> list[Path]:
 def resolve_mapping(path: str, columns: list[str], user: ColumnMapping) -> FileMapping:
     """Columns for each role: flags first, then the first recognised layout."""
     present = set(columns)
-    for role, name in (("anchor", user.anchor), ("positive", user.positive), ("id", user.id),
-                       ("source", user.source), ("cohort", user.cohort), ("group", user.group)):
+    for role, name in (
+        ("anchor", user.anchor),
+        ("positive", user.positive),
+        ("id", user.id),
+        ("source", user.source),
+        ("cohort", user.cohort),
+        ("group", user.group),
+    ):
         if name is not None and name not in present:
             raise _missing(path, name, columns, f"--{role}")
     for name in user.negatives:
@@ -130,14 +142,15 @@ def resolve_mapping(path: str, columns: list[str], user: ColumnMapping) -> FileM
             fix="name them with --anchor COLUMN --positive COLUMN (and --negative COLUMN for hard negatives)",
         )
     optional = {
-        role: getattr(user, role) or next((c for c in names if c in present), None)
-        for role, names in OPTIONAL.items()
+        role: getattr(user, role) or next((c for c in names if c in present), None) for role, names in OPTIONAL.items()
     }
     return FileMapping(path, layout, anchor, positive, negatives, **optional)
 
 
 def _missing(path: str, name: str, columns: list[str], flag: str) -> InputError:
-    return InputError(path, f"column '{name}' not found (columns: {', '.join(columns)})", fix=f"pass {flag} with one of these columns")
+    return InputError(
+        path, f"column '{name}' not found (columns: {', '.join(columns)})", fix=f"pass {flag} with one of these columns"
+    )
 
 
 def load_rows(patterns: list[str], user: ColumnMapping, on_bad_row: str = "error") -> LoadResult:
@@ -148,15 +161,12 @@ def load_rows(patterns: list[str], user: ColumnMapping, on_bad_row: str = "error
     skipped: list[BadRow] = []
     offset = 0
     for path in files:
-        holder: dict[str, FileMapping] = {}
-
         def text_columns(columns: list[str], _path: str = str(path)) -> set[str]:
-            holder["m"] = resolve_mapping(_path, columns, user)
-            m = holder["m"]
+            m = resolve_mapping(_path, columns, user)
             return {m.anchor, m.positive, *m.negatives}
 
         raw = read_raw(path, on_bad_row, text_columns)
-        mapping = holder.get("m") or resolve_mapping(str(path), raw.frame.columns, user)
+        mapping = resolve_mapping(str(path), raw.frame.columns, user)
         skipped.extend(BadRow(str(path), line, None, reason) for line, reason in raw.skipped)
         frame, bad = _canonical(raw, mapping, offset, on_bad_row)
         skipped.extend(bad)
@@ -174,8 +184,10 @@ def _text_problem(name: str, dtype: pl.DataType) -> pl.Expr:
     col = pl.col(name)
     if dtype == pl.String:
         return (
-            pl.when(col.is_null()).then(pl.lit(f"column '{name}' is null"))
-            .when(col.str.strip_chars() == "").then(pl.lit(f"column '{name}' is empty"))
+            pl.when(col.is_null())
+            .then(pl.lit(f"column '{name}' is null"))
+            .when(col.str.strip_chars() == "")
+            .then(pl.lit(f"column '{name}' is empty"))
         )
     if dtype == pl.Null:
         return pl.lit(f"column '{name}' is null")
@@ -191,7 +203,9 @@ def _list_problem(name: str, dtype: pl.DataType, required: bool) -> pl.Expr:
     if dtype != pl.List(pl.String):
         return pl.lit(f"column '{name}' is {dtype}, not a list of text")
     expr = pl.when(col.list.eval(pl.element().is_null()).list.any()).then(pl.lit(f"column '{name}' holds a null item"))
-    expr = expr.when(col.list.eval(pl.element().str.strip_chars() == "").list.any()).then(pl.lit(f"column '{name}' holds an empty item"))
+    expr = expr.when(col.list.eval(pl.element().str.strip_chars() == "").list.any()).then(
+        pl.lit(f"column '{name}' holds an empty item")
+    )
     if required:
         expr = expr.when(col.is_null() | (col.list.len() == 0)).then(pl.lit(f"column '{name}' has no items"))
     return expr
@@ -220,7 +234,8 @@ def _canonical(raw: RawTable, m: FileMapping, offset: int, on_bad_row: str) -> t
         elif dtype != pl.Null:
             checks.append(
                 pl.when(pl.col(name).is_not_null()).then(_text_problem(name, dtype))
-                if dtype == pl.String else _text_problem(name, dtype)
+                if dtype == pl.String
+                else _text_problem(name, dtype)
             )
     if m.id is not None:
         checks.append(pl.when(pl.col(m.id).is_null()).then(pl.lit(f"column '{m.id}' (the id) is null")))
@@ -302,7 +317,9 @@ def _check_ids(rows: pl.DataFrame, on_bad_row: str, skipped: list[BadRow]) -> pl
     first_id = dup.row(0, named=True)["id"]
     both = dup.filter(pl.col("id") == first_id).head(2).rows(named=True)
     raise InputError(
-        both[1]["file"], f"id '{first_id}' repeats the id of {both[0]['file']}:{both[0]['line']}",
-        line=both[1]["line"], column=None,
+        both[1]["file"],
+        f"id '{first_id}' repeats the id of {both[0]['file']}:{both[0]['line']}",
+        line=both[1]["line"],
+        column=None,
         fix="ids must be unique: fix the id column, or drop --id to number rows instead",
     )

@@ -73,15 +73,15 @@ def read_raw(path: Path, on_bad_row: str, json_types: Callable[[list[str]], set[
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise InputError(str(path), f"cannot be read ({exc.strerror})", fix="check the path and its permissions") from exc
+        raise InputError(
+            str(path), f"cannot be read ({exc.strerror})", fix="check the path and its permissions"
+        ) from exc
     if not data.strip():
         raise InputError(str(path), "file is empty", fix="pass a file with a header and at least one row")
     if kind == "parquet":
         return _read_parquet(path, data)
     if data.startswith(PARQUET_MAGIC):
-        raise InputError(
-            str(path), f"is a Parquet file, not {kind.upper()}", fix="rename it to .parquet"
-        )
+        raise InputError(str(path), f"is a Parquet file, not {kind.upper()}", fix="rename it to .parquet")
     text = _decode(path, data)
     if kind == "jsonl":
         return _read_jsonl(path, text, on_bad_row, json_types)
@@ -119,9 +119,7 @@ def _split_lines(text: str) -> tuple[list[str], np.ndarray]:
     return kept.get_column("line").to_list(), kept.get_column("no").to_numpy().astype(np.int64)
 
 
-def _read_jsonl(
-    path: Path, text: str, on_bad_row: str, json_types: Callable[[list[str]], set[str]]
-) -> RawTable:
+def _read_jsonl(path: Path, text: str, on_bad_row: str, json_types: Callable[[list[str]], set[str]]) -> RawTable:
     import pyarrow as pa
     import pyarrow.json as pj
 
@@ -172,7 +170,9 @@ def _read_jsonl_slow(
             reason = f"is not valid JSON ({exc.msg} at character {exc.colno})"
             if not records and not skipped and number == numbers[0] and ("," in line or "\t" in line):
                 raise InputError(
-                    str(path), reason, line=number,
+                    str(path),
+                    reason,
+                    line=number,
                     fix="this looks like CSV/TSV: give the file a .csv or .tsv extension",
                 ) from exc
             _bad(path, number, reason, on_bad_row, skipped, "fix the line or pass --on-bad-row skip")
@@ -212,7 +212,9 @@ def _column(records: list[dict], name: str, text: bool) -> pl.Series:
     values = [record.get(name) for record in records]
     if text:
         if any(isinstance(v, list) for v in values):
-            return pl.Series(name, [v if isinstance(v, list) or v is None else [v] for v in values], dtype=pl.List(pl.String))
+            return pl.Series(
+                name, [v if isinstance(v, list) or v is None else [v] for v in values], dtype=pl.List(pl.String)
+            )
         return pl.Series(name, values, dtype=pl.String)
     if all(v is None or isinstance(v, (str, int, float, bool)) for v in values):
         return pl.Series(name, [None if v is None else str(v) for v in values], dtype=pl.String)
@@ -220,7 +222,9 @@ def _column(records: list[dict], name: str, text: bool) -> pl.Series:
 
 
 def _json_type(value: object) -> str:
-    return {bool: "boolean", int: "number", float: "number", list: "array", dict: "object"}.get(type(value), type(value).__name__)
+    return {bool: "boolean", int: "number", float: "number", list: "array", dict: "object"}.get(
+        type(value), type(value).__name__
+    )
 
 
 def _bad(path: Path, line: int, reason: str, on_bad_row: str, skipped: list[tuple[int, str]], fix: str) -> None:
@@ -233,9 +237,15 @@ def _read_json_array(path: Path, text: str) -> RawTable:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(str(path), f"is not valid JSON ({exc.msg})", line=exc.lineno, fix="fix the JSON syntax") from exc
+        raise InputError(
+            str(path), f"is not valid JSON ({exc.msg})", line=exc.lineno, fix="fix the JSON syntax"
+        ) from exc
     if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise InputError(str(path), "a .json file must be JSON Lines or an array of objects", fix="write one object per line (.jsonl)")
+        raise InputError(
+            str(path),
+            "a .json file must be JSON Lines or an array of objects",
+            fix="write one object per line (.jsonl)",
+        )
     if not value:
         raise InputError(str(path), "file is empty", fix="pass a file with at least one row")
     columns = list(dict.fromkeys(key for record in value for key in record))
@@ -247,7 +257,9 @@ def _read_delimited(path: Path, text: str, sep: str, kind: str, on_bad_row: str)
     first = text.lstrip().split("\n", 1)[0]
     if first.startswith("{") or first.startswith("["):
         raise InputError(
-            str(path), f"looks like JSON, not {kind.upper()}", line=1,
+            str(path),
+            f"looks like JSON, not {kind.upper()}",
+            line=1,
             fix="give the file a .jsonl extension",
         )
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep, strict=True)
@@ -261,8 +273,10 @@ def _read_delimited(path: Path, text: str, sep: str, kind: str, on_bad_row: str)
     duplicates = sorted({h for h in header if header.count(h) > 1})
     if duplicates:
         raise InputError(
-            str(path), f"header repeats column(s) {', '.join(map(repr, duplicates))}",
-            line=header_line, fix="give every column a distinct name",
+            str(path),
+            f"header repeats column(s) {', '.join(map(repr, duplicates))}",
+            line=header_line,
+            fix="give every column a distinct name",
         )
     width = len(header)
     rows: list[list[str]] = []
@@ -280,18 +294,24 @@ def _read_delimited(path: Path, text: str, sep: str, kind: str, on_bad_row: str)
             rows.append(record)
             numbers.append(reader.line_num)
     except csv.Error as exc:
-        raise InputError(str(path), f"is not valid {kind.upper()} ({exc})", line=reader.line_num + 1, fix="check the quoting") from exc
+        raise InputError(
+            str(path), f"is not valid {kind.upper()} ({exc})", line=reader.line_num + 1, fix="check the quoting"
+        ) from exc
     if not rows:
         raise InputError(str(path), "has a header but no rows", line=header_line, fix="add rows or drop the file")
     columns = list(zip(*rows, strict=True))
-    frame = pl.DataFrame({name: pl.Series(name, values, dtype=pl.String) for name, values in zip(header, columns, strict=True)})
+    frame = pl.DataFrame(
+        {name: pl.Series(name, values, dtype=pl.String) for name, values in zip(header, columns, strict=True)}
+    )
     frame = frame.with_columns(pl.all().replace("", None))
     return RawTable(str(path), kind, frame, np.asarray(numbers, dtype=np.int64), skipped)
 
 
 def _read_parquet(path: Path, data: bytes) -> RawTable:
     if not data.startswith(PARQUET_MAGIC):
-        raise InputError(str(path), "is not a Parquet file (no PAR1 header)", fix="check the file type and its extension")
+        raise InputError(
+            str(path), "is not a Parquet file (no PAR1 header)", fix="check the file type and its extension"
+        )
     try:
         frame = pl.read_parquet(io.BytesIO(data))
     except Exception as exc:  # polars raises several types for corrupt files

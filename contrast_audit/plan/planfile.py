@@ -34,7 +34,9 @@ def read_plan_file(path: str, ids: pl.Series) -> Plan:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise InputError(path, f"is not valid JSON ({exc.msg})", line=number, fix='write one {"rows": [...]} object per line') from exc
+            raise InputError(
+                path, f"is not valid JSON ({exc.msg})", line=number, fix='write one {"rows": [...]} object per line'
+            ) from exc
         if not isinstance(record, dict) or "rows" not in record:
             continue
         members = record["rows"]
@@ -47,19 +49,27 @@ def read_plan_file(path: str, ids: pl.Series) -> Plan:
         if unknown:
             shown = ", ".join(repr(u) for u in unknown[:3])
             raise InputError(
-                path, f"unknown row id(s) {shown}{' …' if len(unknown) > 3 else ''}", line=number,
+                path,
+                f"unknown row id(s) {shown}{' …' if len(unknown) > 3 else ''}",
+                line=number,
                 fix="ids come from the id column (--id), or are 0-based row numbers when there is none",
             )
         rows = np.fromiter((index[k] for k in keys), dtype=np.int64, count=len(keys))
         if np.unique(rows).shape[0] != rows.shape[0]:
             seen: set[str] = set()
             twice = next(k for k in keys if k in seen or seen.add(k))
-            raise InputError(path, f"row id {twice!r} appears twice in one batch", line=number, fix="list each row once per batch")
+            raise InputError(
+                path, f"row id {twice!r} appears twice in one batch", line=number, fix="list each row once per batch"
+            )
         epoch = record.get("epoch", 0)
         if not isinstance(epoch, int) or epoch < 0:
-            raise InputError(path, "'epoch' must be a non-negative integer", line=number, fix="fix or drop the epoch field")
+            raise InputError(
+                path, "'epoch' must be a non-negative integer", line=number, fix="fix or drop the epoch field"
+            )
         batches.append(rows)
         epochs.append(epoch)
     if not batches:
-        raise InputError(path, "holds no batches (no line with 'rows')", fix='write one {"rows": [id, ...]} object per line')
+        raise InputError(
+            path, "holds no batches (no line with 'rows')", fix='write one {"rows": [id, ...]} object per line'
+        )
     return Plan.from_batches(batches, epochs, f"file:{path}")

@@ -9,7 +9,9 @@ from contrast_audit.api import AuditResult
 
 def top_findings(result: AuditResult, top: int) -> pl.DataFrame:
     """The most severe findings first (then by batch), with texts, for display."""
-    f = result.findings.sort(["severity_rank", "batch", "anchor_row", "cand_row"], descending=[True, False, False, False]).head(top)
+    f = result.findings.sort(
+        ["severity_rank", "batch", "anchor_row", "cand_row"], descending=[True, False, False, False]
+    ).head(top)
     return result.findings_table(f)
 
 
@@ -37,7 +39,9 @@ def mapping_lines(result: AuditResult) -> list[str]:
         seen.setdefault(key, []).append(m.path)
     lines = []
     for (layout, anchor, positive, negatives, ident, source, cohort, group), files in seen.items():
-        extras = ", ".join(f"{k}={v}" for k, v in (("id", ident), ("source", source), ("cohort", cohort), ("group", group)) if v)
+        extras = ", ".join(
+            f"{k}={v}" for k, v in (("id", ident), ("source", source), ("cohort", cohort), ("group", group)) if v
+        )
         neg = f", negatives={'+'.join(negatives)}" if negatives else ""
         where = files[0] if len(files) == 1 else f"{len(files)} files"
         lines.append(f"{where}: {layout} (anchor={anchor}, positive={positive}{neg}{', ' + extras if extras else ''})")

@@ -39,7 +39,12 @@ def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
         rows = result.breakdown(column)
         if len(rows) == 1 and rows[0][column] == "(none)":
             continue
-        out += [f"## By {column}", "", f"| {column} | rows | candidates | findings | fn-rate | rows affected |", "|---|---:|---:|---:|---:|---:|"]
+        out += [
+            f"## By {column}",
+            "",
+            f"| {column} | rows | candidates | findings | fn-rate | rows affected |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
         out += [
             f"| {_cell(r[column])} | {r['rows']} | {r['candidates']} | {r['findings']} | {r['fn_rate']:.4%} | {r['rows_affected']} |"
             for r in rows
@@ -47,7 +52,12 @@ def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
         out.append("")
     if c["findings"]:
         shown = top_findings(result, top)
-        out += [f"## Top {shown.height} of {c['findings']} findings", "", "| severity | batch | anchor | alleged negative | evidence |", "|---|---:|---|---|---|"]
+        out += [
+            f"## Top {shown.height} of {c['findings']} findings",
+            "",
+            "| severity | batch | anchor | alleged negative | evidence |",
+            "|---|---:|---|---|---|",
+        ]
         out += [
             f"| {r['severity']} | {r['batch']} | {_cell(r['anchor_text'])} (`{r['anchor_id']}`) | "
             f"{_cell(r['candidate_text'])} (`{r['candidate_id']}` {r['candidate_role']}) | {evidence_text(r['evidence'])} |"

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
 from contrast_audit.api import AuditResult
+from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE
 from contrast_audit.report.common import clip, evidence_text, mapping_lines, top_findings
 
 SEVERITY_STYLE = {"certain": "bold red", "likely": "yellow", "suspect": "cyan"}
@@ -63,12 +65,29 @@ def render(result: AuditResult, *, top: int = 20, color: bool = False, width: in
         if len(rows) == 1 and rows[0][column] == "(none)":
             continue
         table = Table(title=f"By {column}", title_justify="left")
-        for name in (column, "rows", "candidates", "findings", "certain", "likely", "suspect", "fn-rate", "rows affected"):
+        for name in (
+            column,
+            "rows",
+            "candidates",
+            "findings",
+            "certain",
+            "likely",
+            "suspect",
+            "fn-rate",
+            "rows affected",
+        ):
             table.add_column(name, justify="left" if name == column else "right")
         for r in rows:
             table.add_row(
-                r[column], str(r["rows"]), str(r["candidates"]), str(r["findings"]), str(r["certain"]),
-                str(r["likely"]), str(r["suspect"]), f"{r['fn_rate']:.4%}", str(r["rows_affected"]),
+                r[column],
+                str(r["rows"]),
+                str(r["candidates"]),
+                str(r["findings"]),
+                str(r["certain"]),
+                str(r["likely"]),
+                str(r["suspect"]),
+                f"{r['fn_rate']:.4%}",
+                str(r["rows_affected"]),
             )
         console.print(table)
 
@@ -94,15 +113,18 @@ def render(result: AuditResult, *, top: int = 20, color: bool = False, width: in
         table = Table(title=f"Mislabelled hard negatives ({c['mislabelled_negatives']})", title_justify="left")
         for name in ("severity", "row", "anchor", "positive", "hard negative", "evidence"):
             table.add_column(name, overflow="fold")
-        ids = result.corpus.rows.get_column("id")
-        for r in mis.iter_rows(named=True):
-            row = r["anchor_row"]
+        rows = mis.get_column("anchor_row").to_numpy()
+        ids = result.corpus.rows.get_column("id").gather(rows).to_list()
+        anchors = result.corpus.spelling(rows, np.full(mis.height, ANCHOR_ROLE)).to_list()
+        positives = result.corpus.spelling(rows, np.full(mis.height, POSITIVE_ROLE)).to_list()
+        negatives = result.corpus.spelling(rows, mis.get_column("cand_role").to_numpy()).to_list()
+        for i, r in enumerate(mis.iter_rows(named=True)):
             table.add_row(
                 f"[{SEVERITY_STYLE[r['severity']]}]{r['severity']}[/]",
-                str(ids[row]),
-                clip(result.corpus.text([result.corpus.anchor[row]])[0], 50),
-                clip(result.corpus.text([result.corpus.positive[row]])[0], 50),
-                clip(result.corpus.text([r["cand_tid"]])[0], 50) + f"\n[dim]negative_{r['cand_role']}[/dim]",
+                str(ids[i]),
+                clip(anchors[i], 50),
+                clip(positives[i], 50),
+                clip(negatives[i], 50) + f"\n[dim]negative_{r['cand_role']}[/dim]",
                 evidence_text(r["evidence"]),
             )
         console.print(table)

@@ -1,0 +1,25 @@
+"""Shared fixtures: small pair files written by the tests themselves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "sample_data" / "pairs.jsonl"
+TRUTH = ROOT / "sample_data" / "truth.json"
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def pairs_file(tmp_path: Path):
+    def make(rows: list[dict], name: str = "pairs.jsonl") -> Path:
+        return write_jsonl(tmp_path / name, rows)
+
+    return make

@@ -1,0 +1,149 @@
+"""The JSON, markdown and text reports, configuration files, and the Python API."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from contrast_audit.cli import app
+from contrast_audit.config import AuditConfig, PlanConfig, build_config, load_config_file
+
+ROWS = [
+    {"id": "a", "anchor": "reset password", "positive": "How to reset your password", "source": "docs", "cohort": "c1"},
+    {"id": "b", "anchor": "forgot pw", "positive": "how to reset your password!", "source": "forum", "cohort": "c1"},
+    {"id": "c", "anchor": "dark mode", "positive": "Enable dark mode in Settings", "source": "docs", "cohort": "c2"},
+    {
+        "id": "d",
+        "anchor": "export invoices",
+        "positive": "Billing → Export",
+        "negative": "billing → export",
+        "source": "docs",
+        "cohort": "c2",
+    },
+]
+
+
+def scan(*args: str):
+    return CliRunner().invoke(app, ["scan", *args])
+
+
+def test_json_report_contract(pairs_file):
+    path = pairs_file(ROWS)
+    result = scan(str(path), "--batch-size", "8", "--format", "json", "-q")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["schema_version"] == "1"
+    assert report["config"]["plan"]["batch_size"] == 8
+    assert report["mapping"][0]["layout"] == "anchor/positive/negative"
+    assert report["mapping"][0]["negatives"] == ["negative"]
+    c = report["counts"]
+    assert (c["rows"], c["findings"], c["mislabelled_negatives"]) == (4, 2, 1)
+    assert c["fn_rate"] == c["findings"] / c["candidates"]
+    assert {f["anchor_id"] for f in report["findings"]} == {"a", "b"}
+    finding = report["findings"][0]
+    assert set(finding) == {
+        "batch",
+        "epoch",
+        "direction",
+        "anchor_id",
+        "candidate_id",
+        "candidate_role",
+        "severity",
+        "evidence",
+    }
+    assert finding["evidence"] == [{"kind": "exact", "score": 1.0, "threshold": 1.0}]
+    assert report["mislabelled_negatives"] == [
+        {
+            "row_id": "d",
+            "negative": "negative_1",
+            "severity": "certain",
+            "evidence": [{"kind": "exact", "score": 1.0, "threshold": 1.0}],
+        }
+    ]
+    by_source = {r["source"]: r for r in report["by_source"]}
+    assert by_source["forum"]["findings"] == 1 and by_source["docs"]["findings"] == 1
+
+
+def test_text_and_markdown_reports_show_texts_side_by_side(pairs_file):
+    path = pairs_file(ROWS)
+    text = scan(str(path), "--batch-size", "8")
+    assert text.exit_code == 0
+    assert "How to reset your password" in text.stdout and "how to reset your password!" in text.stdout
+    assert "contrast-audit: 4 rows" in text.stderr
+    md = scan(str(path), "--batch-size", "8", "--format", "markdown", "-q")
+    assert md.exit_code == 0
+    assert "| false negatives | 2 |" in md.stdout
+    assert md.stderr == ""
+
+
+def test_gate_reads_the_same_numbers(pairs_file):
+    path = pairs_file(ROWS)
+    assert scan(str(path), "--batch-size", "8", "-q", "--fail-on", "certain>1").exit_code == 1
+    assert scan(str(path), "--batch-size", "8", "-q", "--fail-on", "certain>2").exit_code == 0
+    assert scan(str(path), "--batch-size", "8", "-q", "--fail-on", "mislabelled>=1,exact>5").exit_code == 1
+
+
+def test_config_file_and_flag_precedence(tmp_path, pairs_file, monkeypatch):
+    path = pairs_file(ROWS)
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.contrast-audit]\nbatch-size = 2\nseed = 7\nfail-on = ["findings>100"]\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    settings, origin = load_config_file()
+    assert origin.endswith("pyproject.toml") and settings["batch_size"] == 2
+    result = scan(str(path), "--format", "json", "-q", "--seed", "9")
+    report = json.loads(result.stdout)
+    assert report["config"]["plan"]["batch_size"] == 2
+    assert report["config"]["plan"]["seed"] == 9
+    assert report["config_file"].endswith("pyproject.toml")
+    (tmp_path / "contrast-audit.toml").write_text("batch_sise = 3\n")
+    bad = scan(str(path), "-q")
+    assert bad.exit_code == 2 and "unknown setting 'batch_sise'" in bad.stderr
+
+
+def test_build_config_validates_values():
+    cfg = build_config({"batch_size": 16, "directions": "query_to_doc,doc_to_query".split(",")})
+    assert cfg.plan.batch_size == 16 and cfg.loss.directions == ("query_to_doc", "doc_to_query")
+    assert AuditConfig(plan=PlanConfig(seed=1)).to_dict()["plan"]["seed"] == 1
+    for bad in ({"batch_size": 0}, {"directions": ["sideways"]}, {"sampler": "shuffle"}):
+        try:
+            build_config(bad)
+        except Exception as exc:  # noqa: BLE001
+            assert type(exc).__name__ == "ConfigError"
+        else:
+            raise AssertionError(f"{bad} accepted")
+
+
+def test_bad_flag_values_exit_2(pairs_file):
+    path = pairs_file(ROWS)
+    assert scan(str(path), "--directions", "sideways").exit_code == 2
+    assert scan(str(path), "--batch-size", "0").exit_code == 2
+    assert scan(str(path), "--world-size", "0").exit_code == 2
+
+
+def test_internal_errors_exit_3(pairs_file, monkeypatch):
+    import contrast_audit.api as api
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(api, "judge", broken)
+    result = scan(str(pairs_file(ROWS)), "-q")
+    assert result.exit_code == 3
+    assert "internal error" in result.stderr and "please report" in result.stderr
+
+
+def test_sampler_and_epochs_and_plan_file(pairs_file, tmp_path):
+    path = pairs_file(ROWS)
+    plan = tmp_path / "plan.jsonl"
+    plan.write_text('{"header": true}\n{"rows": ["a", "c"]}\n{"rows": ["b", "d"]}\n{"rows": ["a", "b"], "epoch": 1}\n')
+    report = json.loads(scan(str(path), "--plan", str(plan), "--format", "json", "-q").stdout)
+    assert report["plan"]["source"].startswith("file:")
+    assert [(f["batch"], f["epoch"], f["anchor_id"]) for f in report["findings"]] == [(2, 1, "a"), (2, 1, "b")]
+    two = json.loads(
+        scan(
+            str(path), "--epochs", "2", "--batch-size", "2", "--sampler", "no-duplicates", "--format", "json", "-q"
+        ).stdout
+    )
+    assert two["counts"]["device_batches"] == 4
