@@ -1,0 +1,86 @@
+"""Scan throughput on synthetic pair files of growing size.
+
+    .venv/bin/python bench/scan_scale.py --rows 100000 1000000 --batch-size 64
+
+Writes a JSONL file per size into a temporary directory (rows with 1 hard negative; 2% of rows
+share an anchor with another row, 1% repeat another row's positive) and times the whole CLI scan
+(`--format json --output`, so the JSON report is included). Prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def write_pairs(path: Path, n: int, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    anchors = np.arange(n)
+    shared = rng.random(n) < 0.02
+    anchors[shared] = rng.integers(0, n, shared.sum())
+    positives = np.arange(n)
+    repeated = rng.random(n) < 0.01
+    positives[repeated] = rng.integers(0, n, repeated.sum())
+    with path.open("w", encoding="utf-8") as out:
+        for i in range(n):
+            out.write(
+                json.dumps(
+                    {
+                        "anchor": f"question number {anchors[i]} about topic {anchors[i] % 997}",
+                        "positive": f"answer document {positives[i]} explaining topic {positives[i] % 997} in detail",
+                        "negative": f"unrelated document {i} on subject {(i * 7) % 991}",
+                        "source": f"s{i % 4}",
+                    }
+                )
+                + "\n"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[100_000])
+    parser.add_argument("--batch-size", type=int, default=64)
+    args = parser.parse_args()
+    exe = Path(sys.executable).with_name("contrast-audit")
+    print("| rows | batch size | candidates | findings | wall time (s) | peak RSS (MiB) |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in args.rows:
+            data = Path(tmp) / f"pairs_{n}.jsonl"
+            write_pairs(data, n)
+            out = Path(tmp) / "report.json"
+            cmd = [
+                str(exe),
+                "scan",
+                str(data),
+                "--batch-size",
+                str(args.batch_size),
+                "--format",
+                "json",
+                "--output",
+                str(out),
+                "-q",
+            ]
+            start = time.perf_counter()
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            wall = time.perf_counter() - start
+            if proc.returncode not in (0, 1):
+                raise SystemExit(proc.stderr)
+            usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+            counts = json.loads(out.read_text())["counts"]
+            print(
+                f"| {n:,} | {args.batch_size} | {counts['candidates']:,} | {counts['findings']:,} | {wall:.1f} | {usage.ru_maxrss / 1024:.0f} |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
