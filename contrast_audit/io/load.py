@@ -161,6 +161,7 @@ def load_rows(patterns: list[str], user: ColumnMapping, on_bad_row: str = "error
     skipped: list[BadRow] = []
     offset = 0
     for path in files:
+
         def text_columns(columns: list[str], _path: str = str(path)) -> set[str]:
             m = resolve_mapping(_path, columns, user)
             return {m.anchor, m.positive, *m.negatives}
