@@ -6,7 +6,7 @@ effective configuration is echoed in every report (``AuditConfig.to_dict``).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -215,7 +215,3 @@ def build_config(settings: dict[str, Any]) -> AuditConfig:
         return AuditConfig(**parts, on_bad_row=sections.get(None, {}).get("on_bad_row", "error"))
     except TypeError as exc:
         raise ConfigError(f"invalid setting: {exc}") from exc
-
-
-def field_names(cls: type) -> list[str]:
-    return [f.name for f in fields(cls)]

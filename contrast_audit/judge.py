@@ -84,16 +84,14 @@ def direction_pairs(
 
 
 def _chunks(gb: GlobalBatches, width: int) -> list[tuple[int, int]]:
-    cost = gb.sizes.astype(np.int64) ** 2 * width
-    bounds = [0]
-    acc = 0
-    for g, c in enumerate(cost.tolist()):
-        if acc and acc + c > PAIRS_PER_CHUNK:
-            bounds.append(g)
-            acc = 0
-        acc += c
-    bounds.append(len(gb))
-    return [(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+    """Runs of consecutive global batches holding about ``PAIRS_PER_CHUNK`` candidate pairs each."""
+    if len(gb) == 0:
+        return []
+    cost = np.cumsum(gb.sizes.astype(np.int64) ** 2 * width)
+    # A chunk ends where the running cost crosses the next multiple of PAIRS_PER_CHUNK.
+    ends = np.flatnonzero(np.diff(cost // PAIRS_PER_CHUNK) > 0) + 1
+    bounds = np.unique(np.r_[0, ends, len(gb)])
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 def _evaluate(detectors: Sequence[Detector], pairs: Pairs) -> tuple[np.ndarray, np.ndarray, list]:

@@ -4,13 +4,16 @@ mislabelled negatives are reported apart, and nothing is raised on the clean row
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from contrast_audit import audit
 from contrast_audit.config import AuditConfig, PlanConfig
-from tests.conftest import SAMPLE, TRUTH
 
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "sample_data" / "pairs.jsonl"
+TRUTH = ROOT / "sample_data" / "truth.json"
 DETECTABLE = {"exact", "same-anchor", "linked", "declared"}
 
 

@@ -162,13 +162,17 @@ def load_rows(patterns: list[str], user: ColumnMapping, on_bad_row: str = "error
     offset = 0
     for path in files:
 
-        def text_columns(columns: list[str], _path: str = str(path)) -> set[str]:
+        def text_columns(columns: list[str], _path: str = str(path)) -> dict[str, bool]:
             m = resolve_mapping(_path, columns, user)
-            return {m.anchor, m.positive, *m.negatives}
+            # Lists of texts are allowed for positives and negatives, never for the anchor.
+            return {m.positive: True, **dict.fromkeys(m.negatives, True), m.anchor: False}
 
         raw = read_raw(path, on_bad_row, text_columns)
         mapping = resolve_mapping(str(path), raw.frame.columns, user)
-        skipped.extend(BadRow(str(path), line, None, reason) for line, reason in raw.skipped)
+        skipped.extend(
+            BadRow(str(path), where, None, reason) if raw.lines is not None else BadRow(str(path), None, where, reason)
+            for where, reason in raw.skipped
+        )
         frame, bad = _canonical(raw, mapping, offset, on_bad_row)
         skipped.extend(bad)
         offset += raw.frame.height + len(raw.skipped)
@@ -216,7 +220,8 @@ def _canonical(raw: RawTable, m: FileMapping, offset: int, on_bad_row: str) -> t
     frame = raw.frame
     schema = frame.schema
     n = frame.height
-    where = raw.lines if raw.lines is not None else np.arange(1, n + 1)
+    index = raw.index if raw.index is not None else np.arange(n, dtype=np.int64)
+    where = raw.lines if raw.lines is not None else index + 1
     frame = frame.with_columns(pl.Series("__where", where, dtype=pl.Int64))
 
     checks: list[pl.Expr] = []
@@ -259,7 +264,8 @@ def _canonical(raw: RawTable, m: FileMapping, offset: int, on_bad_row: str) -> t
             BadRow(raw.path, w if raw.lines is not None else None, None if raw.lines is not None else w, r)
             for w, r in zip(lines_col, reasons, strict=True)
         ]
-    frame = frame.with_row_index("__index", offset=offset).filter(pl.col("__problem").is_null())
+    frame = frame.with_columns(pl.Series("__index", index + offset, dtype=pl.Int64))
+    frame = frame.filter(pl.col("__problem").is_null())
 
     negatives = _negatives_expr(m, schema)
     ident = pl.col(m.id).cast(pl.String) if m.id else pl.col("__index").cast(pl.String)

@@ -42,8 +42,12 @@ class RawTable:
     kind: str
     frame: pl.DataFrame
     lines: np.ndarray | None
-    # Rows the reader itself had to drop under --on-bad-row skip: (line, reason).
+    # Rows the reader itself had to drop under --on-bad-row skip: (line, reason), or (row, reason)
+    # when ``lines`` is None.
     skipped: list[tuple[int, str]]
+    # Each kept row's 0-based position among the file's rows, counting the rows skipped above, so
+    # that row numbers do not shift when a row is skipped; None means 0, 1, 2, ...
+    index: np.ndarray | None = None
 
     def where(self, index: int) -> dict[str, int]:
         """``line=`` or ``row=`` keyword for ``InputError`` locating row ``index`` (0-based)."""
@@ -63,11 +67,12 @@ def file_kind(path: Path) -> str:
     return kind
 
 
-def read_raw(path: Path, on_bad_row: str, json_types: Callable[[list[str]], set[str]]) -> RawTable:
+def read_raw(path: Path, on_bad_row: str, json_types: Callable[[list[str]], dict[str, bool]]) -> RawTable:
     """Read one file into a ``RawTable``.
 
-    ``json_types`` maps a file's column names to the names whose values must be text (or lists of
-    text); JSON Lines values of any other type in those columns are reported with their line.
+    ``json_types`` maps a file's column names to the names whose values must be text, each with
+    whether a list of texts is allowed too; JSON values of any other type in those columns are
+    reported with their line.
     """
     kind = file_kind(path)
     try:
@@ -89,6 +94,13 @@ def read_raw(path: Path, on_bad_row: str, json_types: Callable[[list[str]], set[
 
 
 def _decode(path: Path, data: bytes) -> str:
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise InputError(
+            str(path),
+            "is UTF-16 text",
+            line=1,
+            fix="re-encode the file as UTF-8 (for example: iconv -f utf-16 -t utf-8)",
+        )
     nul = data.find(b"\x00")
     if nul >= 0:
         line = data.count(b"\n", 0, nul) + 1
@@ -119,14 +131,14 @@ def _split_lines(text: str) -> tuple[list[str], np.ndarray]:
     return kept.get_column("line").to_list(), kept.get_column("no").to_numpy().astype(np.int64)
 
 
-def _read_jsonl(path: Path, text: str, on_bad_row: str, json_types: Callable[[list[str]], set[str]]) -> RawTable:
+def _read_jsonl(path: Path, text: str, on_bad_row: str, json_types: Callable[[list[str]], dict[str, bool]]) -> RawTable:
     import pyarrow as pa
     import pyarrow.json as pj
 
     lines, numbers = _split_lines(text)
     stripped = text.lstrip()
     if path.suffix.lower() == ".json" and stripped.startswith("["):
-        return _read_json_array(path, stripped)
+        return _read_json_array(path, stripped, on_bad_row, json_types)
     try:
         table = pj.read_json(
             io.BytesIO("\n".join(lines).encode("utf-8")),
@@ -142,10 +154,14 @@ def _read_jsonl(path: Path, text: str, on_bad_row: str, json_types: Callable[[li
     return _read_jsonl_slow(path, lines, numbers, on_bad_row, json_types)
 
 
-def _json_types_ok(frame: pl.DataFrame, text_columns: set[str]) -> bool:
-    for name in text_columns & set(frame.columns):
+def _json_types_ok(frame: pl.DataFrame, text_columns: dict[str, bool]) -> bool:
+    for name, lists in text_columns.items():
+        if name not in frame.columns:
+            continue
         dtype = frame.schema[name]
-        if dtype == pl.Null or dtype == pl.String or dtype == pl.List(pl.String) or dtype == pl.List(pl.Null):
+        if dtype == pl.Null or dtype == pl.String:
+            continue
+        if lists and (dtype == pl.List(pl.String) or dtype == pl.List(pl.Null)):
             continue
         return False
     return True
@@ -156,14 +172,15 @@ def _read_jsonl_slow(
     lines: list[str],
     numbers: np.ndarray,
     on_bad_row: str,
-    json_types: Callable[[list[str]], set[str]],
+    json_types: Callable[[list[str]], dict[str, bool]],
 ) -> RawTable:
     """Line-by-line parsing, used only when the fast reader refuses the file: it finds the exact
     line and reason, and under ``--on-bad-row skip`` keeps every good line."""
     records: list[dict] = []
     kept: list[int] = []
+    positions: list[int] = []
     skipped: list[tuple[int, str]] = []
-    for number, line in zip(numbers.tolist(), lines, strict=True):
+    for position, (number, line) in enumerate(zip(numbers.tolist(), lines, strict=True)):
         try:
             value = json.loads(line)
         except json.JSONDecodeError as exc:
@@ -183,29 +200,46 @@ def _read_jsonl_slow(
             continue
         records.append(value)
         kept.append(number)
+        positions.append(position)
     if not records:
         raise InputError(str(path), "no valid rows", fix="check the file's format")
     columns = list(dict.fromkeys(key for record in records for key in record))
     text_columns = json_types(columns)
-    good = np.ones(len(records), dtype=bool)
-    for index, record in enumerate(records):
-        for name in text_columns:
-            value = record.get(name)
-            if value is None or isinstance(value, str):
-                continue
-            if isinstance(value, list) and all(isinstance(v, str) or v is None for v in value):
-                continue
-            reason = f"column '{name}' is a JSON {_json_type(value)}, not text"
-            _bad(path, kept[index], reason, on_bad_row, skipped, "make the value a string or pass --on-bad-row skip")
-            good[index] = False
-            break
+    good = _check_types(path, records, kept, text_columns, on_bad_row, skipped, by_row=False)
     records = [r for r, ok in zip(records, good, strict=True) if ok]
     numbers_kept = np.asarray(kept, dtype=np.int64)[good]
     frame = pl.DataFrame(
         {name: _column(records, name, name in text_columns) for name in columns},
         strict=False,
     )
-    return RawTable(str(path), "jsonl", frame, numbers_kept, skipped)
+    index = np.asarray(positions, dtype=np.int64)[good]
+    return RawTable(str(path), "jsonl", frame, numbers_kept, skipped, index)
+
+
+def _check_types(
+    path: Path,
+    records: list[dict],
+    where: list[int],
+    text_columns: dict[str, bool],
+    on_bad_row: str,
+    skipped: list[tuple[int, str]],
+    by_row: bool,
+) -> np.ndarray:
+    """Which records hold text (or, where allowed, lists of text) in every text column."""
+    good = np.ones(len(records), dtype=bool)
+    for index, record in enumerate(records):
+        for name, lists in text_columns.items():
+            value = record.get(name)
+            if value is None or isinstance(value, str):
+                continue
+            if lists and isinstance(value, list) and all(isinstance(v, str) or v is None for v in value):
+                continue
+            reason = f"column '{name}' is a JSON {_json_type(value)}, not text"
+            fix = "make the value a string or pass --on-bad-row skip"
+            _bad(path, where[index], reason, on_bad_row, skipped, fix, by_row=by_row)
+            good[index] = False
+            break
+    return good
 
 
 def _column(records: list[dict], name: str, text: bool) -> pl.Series:
@@ -227,13 +261,17 @@ def _json_type(value: object) -> str:
     )
 
 
-def _bad(path: Path, line: int, reason: str, on_bad_row: str, skipped: list[tuple[int, str]], fix: str) -> None:
+def _bad(
+    path: Path, line: int, reason: str, on_bad_row: str, skipped: list[tuple[int, str]], fix: str, by_row: bool = False
+) -> None:
     if on_bad_row != "skip":
-        raise InputError(str(path), reason, line=line, fix=fix)
+        raise InputError(str(path), reason, **({"row": line} if by_row else {"line": line}), fix=fix)
     skipped.append((line, reason))
 
 
-def _read_json_array(path: Path, text: str) -> RawTable:
+def _read_json_array(
+    path: Path, text: str, on_bad_row: str, json_types: Callable[[list[str]], dict[str, bool]]
+) -> RawTable:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -249,8 +287,12 @@ def _read_json_array(path: Path, text: str) -> RawTable:
     if not value:
         raise InputError(str(path), "file is empty", fix="pass a file with at least one row")
     columns = list(dict.fromkeys(key for record in value for key in record))
-    frame = pl.DataFrame({name: _column(value, name, False) for name in columns})
-    return RawTable(str(path), "jsonl", frame, None, [])
+    text_columns = json_types(columns)
+    skipped: list[tuple[int, str]] = []
+    good = _check_types(path, value, list(range(1, len(value) + 1)), text_columns, on_bad_row, skipped, by_row=True)
+    records = [r for r, ok in zip(value, good, strict=True) if ok]
+    frame = pl.DataFrame({name: _column(records, name, name in text_columns) for name in columns}, strict=False)
+    return RawTable(str(path), "jsonl", frame, None, skipped, np.flatnonzero(good).astype(np.int64))
 
 
 def _read_delimited(path: Path, text: str, sep: str, kind: str, on_bad_row: str) -> RawTable:
@@ -281,9 +323,12 @@ def _read_delimited(path: Path, text: str, sep: str, kind: str, on_bad_row: str)
     width = len(header)
     rows: list[list[str]] = []
     numbers: list[int] = []
+    positions: list[int] = []
     skipped: list[tuple[int, str]] = []
+    end = header_line  # last line of the record read before the current one
     try:
         for record in reader:
+            end = reader.line_num
             if not record or (len(record) == 1 and not record[0].strip()):
                 continue
             if len(record) != width:
@@ -293,9 +338,10 @@ def _read_delimited(path: Path, text: str, sep: str, kind: str, on_bad_row: str)
                 continue
             rows.append(record)
             numbers.append(reader.line_num)
+            positions.append(len(rows) + len(skipped) - 1)
     except csv.Error as exc:
         raise InputError(
-            str(path), f"is not valid {kind.upper()} ({exc})", line=reader.line_num + 1, fix="check the quoting"
+            str(path), f"is not valid {kind.upper()} ({exc})", line=end + 1, fix="check the quoting"
         ) from exc
     if not rows:
         raise InputError(str(path), "has a header but no rows", line=header_line, fix="add rows or drop the file")
@@ -304,7 +350,8 @@ def _read_delimited(path: Path, text: str, sep: str, kind: str, on_bad_row: str)
         {name: pl.Series(name, values, dtype=pl.String) for name, values in zip(header, columns, strict=True)}
     )
     frame = frame.with_columns(pl.all().replace("", None))
-    return RawTable(str(path), kind, frame, np.asarray(numbers, dtype=np.int64), skipped)
+    index = np.asarray(positions, dtype=np.int64)
+    return RawTable(str(path), kind, frame, np.asarray(numbers, dtype=np.int64), skipped, index)
 
 
 def _read_parquet(path: Path, data: bytes) -> RawTable:

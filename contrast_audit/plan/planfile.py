@@ -28,7 +28,9 @@ def read_plan_file(path: str, ids: pl.Series) -> Plan:
     index = {value: i for i, value in enumerate(ids.to_list())}
     batches: list[np.ndarray] = []
     epochs: list[int] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    # Split on \n only: str.splitlines also breaks at U+2028, U+0085 and others that JSON
+    # strings may hold unescaped.
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
