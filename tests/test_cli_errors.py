@@ -396,3 +396,9 @@ def test_inputs_are_not_modified(tmp_path: Path) -> None:
 def test_utf16_file_is_named_as_such() -> None:
     _write(Path("pairs.jsonl"), _rows(3).encode("utf-16"))
     _assert_usage_error(scan("pairs.jsonl"), "pairs.jsonl:1:", "UTF-16", "iconv")
+
+
+def test_duplicate_ids_in_parquet_are_located_by_row() -> None:
+    frame = pl.DataFrame({"id": ["a", "b", "a"], "anchor": ["x", "y", "z"], "positive": ["p", "q", "r"]})
+    _write(Path("pairs.parquet"), _parquet(frame))
+    _assert_usage_error(scan("pairs.parquet"), "pairs.parquet: row 3:", "pairs.parquet: row 1")

@@ -323,10 +323,17 @@ def _check_ids(rows: pl.DataFrame, on_bad_row: str, skipped: list[BadRow]) -> pl
         return rows.with_row_index("__i").filter(~pl.col("__i").is_in(later.get_column("__i").implode())).drop("__i")
     first_id = dup.row(0, named=True)["id"]
     both = dup.filter(pl.col("id") == first_id).head(2).rows(named=True)
+    first, second = (_located(r["file"], r["line"]) for r in both)
     raise InputError(
         both[1]["file"],
-        f"id '{first_id}' repeats the id of {both[0]['file']}:{both[0]['line']}",
-        line=both[1]["line"],
-        column=None,
+        f"id '{first_id}' repeats the id of {first[0]}",
+        **second[1],
         fix="ids must be unique: fix the id column, or drop --id to number rows instead",
     )
+
+
+def _located(path: str, where: int) -> tuple[str, dict[str, int]]:
+    """``file:line`` for text formats, ``file: row N`` for Parquet (whose rows have no lines)."""
+    if Path(path).suffix.lower() in (".parquet", ".pq"):
+        return f"{path}: row {where}", {"row": where}
+    return f"{path}:{where}", {"line": where}
