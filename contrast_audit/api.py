@@ -4,7 +4,7 @@ returns an ``AuditResult`` that the formatters, the gate and the manifest writer
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -32,6 +32,7 @@ class AuditResult:
     n_global_batches: int
     judgement: Judgement
     config_file: str | None = None
+    detectors: list[Detector] = field(default_factory=list)
 
     @property
     def findings(self) -> pl.DataFrame:
@@ -193,7 +194,7 @@ def audit(
     cfg = config or AuditConfig()
     loaded = load_rows(list(paths), cfg.mapping, cfg.on_bad_row)
     corpus = build_corpus(loaded.rows, cfg.normalise)
-    active = list(detectors) if detectors is not None else default_detectors(cfg)
+    active = list(detectors) if detectors is not None else default_detectors(cfg, progress)
     for detector in active:
         detector.prepare(corpus)
     if cfg.plan.plan_file:
@@ -203,7 +204,7 @@ def audit(
     batches = plan.global_batches(cfg.plan.world_size)
     tick = progress("Comparing batches", len(batches)) if progress else None
     judgement = judge(corpus, batches, active, cfg.loss.directions, tick)
-    return AuditResult(cfg, loaded, corpus, plan, len(batches), judgement, config_file)
+    return AuditResult(cfg, loaded, corpus, plan, len(batches), judgement, config_file, active)
 
 
 def _role_names(codes: pl.Series) -> pl.Series:

@@ -87,6 +87,61 @@ class PlanConfig:
 
 
 @dataclass(frozen=True)
+class MinHashConfig:
+    """The ``minhash`` detector: verified Jaccard similarity of shingle sets (datasketch LSH)."""
+
+    enabled: bool = True
+    threshold: float = 0.5
+    num_perm: int = 128
+    shingle: str = "word"
+    ngram: int = 3
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.threshold <= 1.0:
+            raise ConfigError(f"minhash threshold must be in (0, 1], got {self.threshold}")
+
+
+@dataclass(frozen=True)
+class EmbeddingConfig:
+    """The ``embedding``, ``anchor-embedding`` and ``margin`` detectors (sentence-transformers).
+
+    ``positive_threshold``: cosine between a candidate and the anchor row's positive (or, for a
+    query candidate, the anchor) at which the candidate is a near-duplicate: ``likely``.
+    ``anchor_threshold``: cosine between two rows' anchors at which one row's positive answers the
+    other's anchor: ``likely``. ``absolute_margin`` / ``relative_margin``: the candidate scores
+    against the anchor within the margin of the anchor's own positive (GISTEmbedLoss /
+    mine_hard_negatives vocabulary): ``suspect``; ``margin = false`` turns margin evidence off.
+    """
+
+    enabled: bool = True
+    model: str | None = None
+    device: str | None = None
+    query_prompt: str = ""
+    doc_prompt: str = ""
+    batch_size: int = 64
+    cache_dir: str | None = None
+    use_cache: bool = True
+    positive_threshold: float = 0.85
+    anchor_threshold: float = 0.9
+    margin: bool = False
+    absolute_margin: float | None = 0.0
+    relative_margin: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("positive_threshold", "anchor_threshold"):
+            value = getattr(self, name)
+            if not -1.0 <= value <= 1.0:
+                raise ConfigError(f"{name.replace('_', '-')} is a cosine similarity in [-1, 1], got {value}")
+        if self.batch_size < 1:
+            raise ConfigError(f"embedding batch size must be >= 1, got {self.batch_size}")
+        if self.absolute_margin is not None and self.relative_margin is not None:
+            raise ConfigError("give absolute-margin or relative-margin, not both")
+        if self.relative_margin is not None and not 0.0 <= self.relative_margin < 1.0:
+            raise ConfigError(f"relative-margin must be in [0, 1), got {self.relative_margin}")
+
+
+@dataclass(frozen=True)
 class LossConfig:
     """Which comparisons the loss makes (MultipleNegativesRankingLoss vocabulary)."""
 
@@ -110,6 +165,8 @@ class AuditConfig:
     link: LinkConfig = field(default_factory=LinkConfig)
     plan: PlanConfig = field(default_factory=PlanConfig)
     loss: LossConfig = field(default_factory=LossConfig)
+    minhash: MinHashConfig = field(default_factory=MinHashConfig)
+    embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
     on_bad_row: str = "error"
 
     def __post_init__(self) -> None:
@@ -149,6 +206,25 @@ _FILE_KEYS: dict[str, tuple[str | None, str]] = {
     "on_bad_row": (None, "on_bad_row"),
     "fail_on": (None, "fail_on"),
     "format": (None, "format"),
+    "minhash": ("minhash", "enabled"),
+    "minhash_threshold": ("minhash", "threshold"),
+    "num_perm": ("minhash", "num_perm"),
+    "shingle": ("minhash", "shingle"),
+    "ngram": ("minhash", "ngram"),
+    "minhash_seed": ("minhash", "seed"),
+    "embeddings": ("embedding", "enabled"),
+    "model": ("embedding", "model"),
+    "device": ("embedding", "device"),
+    "query_prompt": ("embedding", "query_prompt"),
+    "doc_prompt": ("embedding", "doc_prompt"),
+    "embed_batch_size": ("embedding", "batch_size"),
+    "cache_dir": ("embedding", "cache_dir"),
+    "cache": ("embedding", "use_cache"),
+    "positive_threshold": ("embedding", "positive_threshold"),
+    "anchor_threshold": ("embedding", "anchor_threshold"),
+    "margin": ("embedding", "margin"),
+    "absolute_margin": ("embedding", "absolute_margin"),
+    "relative_margin": ("embedding", "relative_margin"),
 }
 
 
@@ -206,11 +282,14 @@ def build_config(settings: dict[str, Any]) -> AuditConfig:
         if section == "normalise" and attr == "unicode_form" and str(value).lower() == "none":
             value = None
         sections.setdefault(section, {})[attr] = value
+    emb = sections.get("embedding", {})
+    if "relative_margin" in emb and "absolute_margin" not in emb:
+        emb["absolute_margin"] = None  # the relative form replaces the default absolute one
     base = AuditConfig()
     try:
         parts = {
             name: replace(getattr(base, name), **sections.get(name, {}))
-            for name in ("mapping", "normalise", "link", "plan", "loss")
+            for name in ("mapping", "normalise", "link", "plan", "loss", "minhash", "embedding")
         }
         return AuditConfig(**parts, on_bad_row=sections.get(None, {}).get("on_bad_row", "error"))
     except TypeError as exc:

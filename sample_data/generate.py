@@ -1,8 +1,8 @@
 """Write the sample developer-support pair set (pairs.jsonl) and what is planted in it (truth.json).
 
 Deterministic and standard-library only: `python3 sample_data/generate.py` rewrites both files.
-Clean rows are composed from a support-site vocabulary so that no two clean rows share a text or a
-positive; planted rows hold the false-negative mechanisms described in docs/sample-data.md.
+Clean rows come from clean_rows.json (distinct support topics: no row's answer answers another
+row's question); planted rows hold the false-negative mechanisms described in docs/sample-data.md.
 """
 
 from __future__ import annotations
@@ -15,190 +15,22 @@ HERE = Path(__file__).resolve().parent
 SOURCES = ("docs", "forum", "tickets", "catalog")
 COHORTS = ("2025-q3", "2025-q4", "2026-q1")
 
-PRODUCTS = [
-    "the billing dashboard",
-    "the CLI",
-    "the Python SDK",
-    "the Node SDK",
-    "the REST API",
-    "the admin console",
-    "the mobile app",
-    "the webhooks service",
-    "the data export tool",
-    "the audit log",
-    "the search API",
-    "the file storage service",
-    "the message queue",
-    "the identity service",
-    "the metrics agent",
-    "the deployment pipeline",
-    "the Terraform provider",
-    "the Go client",
-    "the Java client",
-    "the status page",
-]
-TASKS = [
-    (
-        "rotate an API key",
-        "Open Settings → API keys, choose Rotate, then update every client that used the old key within 24 hours.",
-    ),
-    (
-        "enable two-factor authentication",
-        "Go to Security, select Two-factor, scan the QR code with an authenticator app and enter the six-digit code.",
-    ),
-    (
-        "change the default region",
-        "Set the region field under Project settings; resources already created stay where they are.",
-    ),
-    (
-        "invite a teammate",
-        "Use Members → Invite, enter their email address and pick a role; the invitation expires after seven days.",
-    ),
-    (
-        "download an invoice as PDF",
-        "Each line in Billing → History has a PDF link; invoices are generated on the first day of the month.",
-    ),
-    (
-        "set up a webhook endpoint",
-        "Register the HTTPS URL under Webhooks, pick the event types and verify the signing secret on receipt.",
-    ),
-    (
-        "increase the rate limit",
-        "Rate limits are per plan; request a higher quota from the Limits page or upgrade the plan.",
-    ),
-    (
-        "export audit events to CSV",
-        "Filter the audit log by date, then choose Export; large exports are emailed as a zipped CSV.",
-    ),
-    (
-        "configure single sign-on",
-        "Upload your identity provider's SAML metadata under Authentication and map the email attribute.",
-    ),
-    (
-        "delete a project permanently",
-        "Projects can be deleted by an owner from Project settings; deletion is final after a 30-day grace period.",
-    ),
-    (
-        "pin a dependency version",
-        "Declare the exact version in your lock file; the resolver will not upgrade pinned packages.",
-    ),
-    (
-        "retry failed jobs automatically",
-        "Add a retry policy with a maximum attempt count and exponential backoff to the job definition.",
-    ),
-    (
-        "stream logs to an external sink",
-        "Create a log drain with the sink's URL and token; only new log lines are forwarded.",
-    ),
-    (
-        "restore a deleted file",
-        "Deleted files stay in the trash for 30 days; select the file there and choose Restore.",
-    ),
-    (
-        "rename an environment",
-        "Environment names are editable in the environment's settings panel; URLs keep working after a rename.",
-    ),
-    (
-        "schedule a nightly backup",
-        "Create a backup schedule with a cron expression and a retention period under Backups.",
-    ),
-    (
-        "transfer ownership of an organisation",
-        "The current owner opens Organisation → Ownership and selects a member with the admin role.",
-    ),
-    (
-        "debug a timeout error",
-        "Timeouts usually mean a slow upstream; raise the client timeout and check the latency graph first.",
-    ),
-    (
-        "paginate through results",
-        "Pass the cursor from the previous response's next field; a missing cursor means the last page.",
-    ),
-    (
-        "verify a webhook signature",
-        "Compute an HMAC-SHA256 of the raw body with your signing secret and compare it in constant time.",
-    ),
-    (
-        "mask personal data in exports",
-        "Turn on field masking for the export and list the columns that hold personal data.",
-    ),
-    (
-        "cancel a subscription",
-        "Owners cancel from Billing → Plan; the workspace stays active until the end of the paid period.",
-    ),
-    (
-        "add a custom domain",
-        "Add the domain under Domains and create the CNAME record shown; certificates are issued automatically.",
-    ),
-    (
-        "set an environment variable",
-        "Define variables under Configuration; secret values are encrypted and hidden after saving.",
-    ),
-    (
-        "upgrade to the latest major version",
-        "Read the migration guide, run the codemod for renamed options, then bump the version.",
-    ),
-    (
-        "limit access by IP address",
-        "Add CIDR ranges to the allowlist under Network; requests from other addresses get a 403.",
-    ),
-    (
-        "generate a client from the OpenAPI spec",
-        "Download the spec from the API reference page and run your generator against it.",
-    ),
-    (
-        "monitor memory usage",
-        "The metrics agent reports resident memory per process; set an alert at 80 percent of the limit.",
-    ),
-    (
-        "roll back a deployment",
-        "Pick an earlier release in the Deployments list and choose Promote; traffic switches within a minute.",
-    ),
-    (
-        "resolve a merge conflict in configuration",
-        "Keep both changes in the config file, validate it with the lint command and redeploy.",
-    ),
-]
-QUESTION_FORMS = [
-    "How do I {task} in {product}?",
-    "{Task} with {product}: what are the steps?",
-    "Is there a way to {task} from {product}?",
-    "Where can I {task} using {product}?",
-    "Need help: cannot figure out how to {task} in {product}",
-]
-DOC_FORMS = [
-    "{Product}: {answer}",
-    "In {product}, {answer_lc}",
-    "Guide for {product} — {answer}",
-]
 
-
-def cap(text: str) -> str:
-    return text[0].upper() + text[1:]
-
-
-def clean_rows(rng: random.Random, n: int) -> list[dict]:
-    combos = [(t, p) for t in range(len(TASKS)) for p in range(len(PRODUCTS))]
-    rng.shuffle(combos)
+def clean_rows(rng: random.Random) -> list[dict]:
+    """One row per entry of clean_rows.json: 320 distinct support topics, a third with a real hard
+    negative (a nearby task with another intent)."""
+    entries = json.loads((HERE / "clean_rows.json").read_text(encoding="utf-8"))
     rows = []
-    for i, (t, p) in enumerate(combos[:n]):
-        task, answer = TASKS[t]
-        product = PRODUCTS[p]
-        q = rng.choice(QUESTION_FORMS).format(task=task, Task=cap(task), product=product)
-        d = rng.choice(DOC_FORMS).format(
-            product=product, Product=cap(product), answer=answer, answer_lc=answer[0].lower() + answer[1:]
-        )
+    for i, entry in enumerate(entries):
         row = {
             "id": f"clean-{i:04d}",
-            "anchor": q,
-            "positive": d,
+            "anchor": entry["question"],
+            "positive": entry["answer"],
             "source": rng.choice(SOURCES[:3]),
             "cohort": rng.choice(COHORTS),
         }
-        if i % 3 == 0:
-            # A hard negative: the same product, a different task (a real near-miss, not a duplicate).
-            other_task, other_answer = TASKS[(t + 7) % len(TASKS)]
-            row["negative"] = f"{cap(product)} ({other_task}): {other_answer}"
+        if entry.get("negative"):
+            row["negative"] = entry["negative"]
         rows.append(row)
     return rows
 
@@ -503,7 +335,7 @@ def planted_rows() -> tuple[list[dict], list[dict]]:
 
 def main() -> None:
     rng = random.Random(20261203)
-    clean = clean_rows(rng, 560)
+    clean = clean_rows(rng)
     planted, cases = planted_rows()
     rows = clean + planted
     rng.shuffle(rows)

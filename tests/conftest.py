@@ -13,6 +13,15 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _embedding_cache(tmp_path_factory: pytest.TempPathFactory):
+    """Embeddings are cached in a directory of the test session, never in the user's cache."""
+    import os
+
+    os.environ["CONTRAST_AUDIT_CACHE_DIR"] = str(tmp_path_factory.mktemp("embedding-cache"))
+    yield
+
+
 @pytest.fixture
 def pairs_file(tmp_path: Path):
     def make(rows: list[dict], name: str = "pairs.jsonl") -> Path:

@@ -15,6 +15,9 @@ from typer.testing import CliRunner
 
 from contrast_audit.cli import app
 
+# These tests are about loading, plans and reports: lexical evidence only, no model.
+LEXICAL = ("--no-embeddings", "--no-minhash")
+
 RUNNER = CliRunner()
 
 
@@ -45,7 +48,7 @@ def _write(path: Path, content: str | bytes) -> None:
 
 
 def scan(*args: str):
-    return RUNNER.invoke(app, ["scan", *args, "--quiet"])
+    return RUNNER.invoke(app, ["scan", *args, "--quiet", *LEXICAL])
 
 
 def _assert_usage_error(result, location: str, *needles: str) -> str:

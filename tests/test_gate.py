@@ -12,6 +12,9 @@ from contrast_audit.cli import app
 from contrast_audit.errors import ConfigError
 from contrast_audit.gate import Condition, evaluate, parse
 
+# These tests are about loading, plans and reports: lexical evidence only, no model.
+LEXICAL = ("--no-embeddings", "--no-minhash")
+
 METRICS = sorted(
     ["findings", "certain", "likely", "suspect", "fn-rate", "rows-affected", "mislabelled", "exact", "same-anchor"]
 )
@@ -81,7 +84,7 @@ def data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def scan(*args: str):
-    return RUNNER.invoke(app, ["scan", *args, "--format", "json"])
+    return RUNNER.invoke(app, ["scan", *args, "--format", "json", *LEXICAL])
 
 
 def test_gate_fails_on_a_duplicate(data: Path) -> None:

@@ -9,6 +9,9 @@ from typer.testing import CliRunner
 from contrast_audit.cli import app
 from contrast_audit.config import AuditConfig, PlanConfig, build_config, load_config_file
 
+# These tests are about loading, plans and reports: lexical evidence only, no model.
+LEXICAL = ("--no-embeddings", "--no-minhash")
+
 ROWS = [
     {"id": "a", "anchor": "reset password", "positive": "How to reset your password", "source": "docs", "cohort": "c1"},
     {"id": "b", "anchor": "forgot pw", "positive": "how to reset your password!", "source": "forum", "cohort": "c1"},
@@ -25,7 +28,7 @@ ROWS = [
 
 
 def scan(*args: str):
-    return CliRunner().invoke(app, ["scan", *args])
+    return CliRunner().invoke(app, ["scan", *args, *LEXICAL])
 
 
 def test_json_report_contract(pairs_file):

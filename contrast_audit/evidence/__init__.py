@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import asdict
+
 from contrast_audit.config import AuditConfig
 from contrast_audit.evidence.base import (
     CERTAIN,
@@ -23,10 +26,10 @@ REGISTRY: dict[str, type] = {
 }
 
 
-def default_detectors(cfg: AuditConfig) -> list[Detector]:
+def default_detectors(
+    cfg: AuditConfig, progress: Callable[[str, int], Callable[[int], None]] | None = None
+) -> list[Detector]:
     """The detectors a scan runs, configured from ``cfg``."""
-    from dataclasses import asdict
-
     detectors: list[Detector] = [
         ExactDetector(asdict(cfg.normalise)),
         SameAnchorDetector(),
@@ -34,6 +37,23 @@ def default_detectors(cfg: AuditConfig) -> list[Detector]:
     ]
     if cfg.link.max_hops > 0:
         detectors.append(LinkedDetector(cfg.link.max_hops))
+    if cfg.minhash.enabled:
+        from contrast_audit.evidence.minhash import MinHashDetector
+
+        m = cfg.minhash
+        detectors.append(MinHashDetector(m.threshold, m.num_perm, m.shingle, m.ngram, m.seed))
+    if cfg.embedding.enabled:
+        from contrast_audit.embed import EmbeddingStore
+        from contrast_audit.evidence.embedding import AnchorEmbeddingDetector, EmbeddingDetector, MarginDetector
+
+        e = cfg.embedding
+        store = EmbeddingStore(e, progress)
+        detectors += [
+            EmbeddingDetector(store, e.positive_threshold),
+            AnchorEmbeddingDetector(store, e.anchor_threshold),
+        ]
+        if e.margin:
+            detectors.append(MarginDetector(store, e.absolute_margin, e.relative_margin))
     return detectors
 
 

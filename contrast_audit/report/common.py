@@ -20,6 +20,8 @@ def evidence_text(evidence: list[dict]) -> str:
     for e in evidence:
         if e["kind"] == "linked":
             parts.append(f"linked ({int(e['score'])} hop{'s' if e['score'] != 1 else ''})")
+        elif e["kind"] == "margin":
+            parts.append(f"margin {e['score']:+.3f}" if e["threshold"] <= 0 else f"margin ×{e['score']:.3f}")
         elif e["score"] == 1.0 and e["threshold"] == 1.0:
             parts.append(e["kind"])
         else:

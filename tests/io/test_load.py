@@ -14,6 +14,9 @@ from contrast_audit.config import ColumnMapping
 from contrast_audit.errors import InputError
 from contrast_audit.io import load_rows
 
+# These tests are about loading, plans and reports: lexical evidence only, no model.
+LEXICAL = ("--no-embeddings", "--no-minhash")
+
 RUNNER = CliRunner()
 
 
@@ -29,7 +32,7 @@ def _row(i: int, **extra: object) -> str:
 def scan_json(*args: str, code: int = 0) -> dict:
     from contrast_audit.cli import app
 
-    result = RUNNER.invoke(app, ["scan", *args, "--format", "json", "--quiet"])
+    result = RUNNER.invoke(app, ["scan", *args, "--format", "json", "--quiet", *LEXICAL])
     assert result.exit_code == code, result.output
     assert "Traceback" not in result.output
     return json.loads(result.stdout)

@@ -13,6 +13,9 @@ from contrast_audit.cli import app
 from contrast_audit.errors import InputError
 from contrast_audit.plan import read_plan_file
 
+# These tests are about loading, plans and reports: lexical evidence only, no model.
+LEXICAL = ("--no-embeddings", "--no-minhash")
+
 RUNNER = CliRunner()
 
 
@@ -40,7 +43,7 @@ def _plan_file(tmp_path: Path, lines: list[object]) -> None:
 
 
 def scan(*args: str):
-    return RUNNER.invoke(app, ["scan", "pairs.jsonl", "--plan", "plan.jsonl", "--quiet", *args])
+    return RUNNER.invoke(app, ["scan", "pairs.jsonl", "--plan", "plan.jsonl", "--quiet", *LEXICAL, *args])
 
 
 def test_plan_file_drives_the_batches(tmp_path: Path) -> None:

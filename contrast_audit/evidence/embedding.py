@@ -1,0 +1,130 @@
+"""Embedding evidence (sentence-transformers): three detectors over one shared ``EmbeddingStore``.
+
+- ``embedding``: the candidate is a near-duplicate of what the anchor is trained towards — a
+  document candidate of the anchor row's positive, a query candidate of the anchor itself
+  (cosine ≥ ``positive_threshold``): ``likely``.
+- ``anchor-embedding``: the candidate is another row's positive and that row's anchor is a
+  paraphrase of this anchor (cosine ≥ ``anchor_threshold``): ``likely``.
+- ``margin``: the candidate scores against the anchor within a margin of the anchor's own positive,
+  ``sim(a, c) > sim(a, p) - absolute_margin`` or ``sim(a, c) > sim(a, p) * (1 - relative_margin)``
+  (GISTEmbedLoss / mine_hard_negatives vocabulary): ``suspect``.
+
+Identical texts are left to the ``exact`` detector.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from contrast_audit.corpus import POSITIVE_ROLE, Corpus
+from contrast_audit.embed import EmbeddingStore
+from contrast_audit.evidence.base import LIKELY, SUSPECT, Hits, Pairs, constant_hits
+
+
+def _candidate_space(store: EmbeddingStore, pairs: Pairs) -> tuple[np.ndarray, bool]:
+    """The candidate's vectors: query vectors for anchor candidates, document vectors otherwise."""
+    query_candidates = pairs.direction in ("query_to_query", "doc_to_query")
+    return (store.query if query_candidates else store.doc), query_candidates
+
+
+def pair_scores(store: EmbeddingStore, corpus: Corpus, pairs: Pairs) -> tuple[np.ndarray, np.ndarray]:
+    """sim(compared text, candidate) and sim(compared text, its target) for every pair: for
+    ``query_to_*`` the anchor against the candidate and against its positive; for ``doc_to_*`` the
+    positive against the candidate and against its anchor — the logits MNRL puts in one softmax."""
+    from_doc = pairs.direction in ("doc_to_query", "doc_to_doc")
+    side = corpus.positive[pairs.anchor_row] if from_doc else corpus.anchor[pairs.anchor_row]
+    target = corpus.anchor[pairs.anchor_row] if from_doc else corpus.positive[pairs.anchor_row]
+    side_space = store.doc if from_doc else store.query
+    target_space = store.query if from_doc else store.doc
+    space, _ = _candidate_space(store, pairs)
+    return store.cosine(side_space, space, side, pairs.cand_tid), store.cosine(side_space, target_space, side, target)
+
+
+class EmbeddingDetector:
+    name = "embedding"
+    description = "candidate is a near-duplicate, by embedding cosine, of the anchor row's positive (or anchor)"
+
+    def __init__(self, store: EmbeddingStore, threshold: float) -> None:
+        self.store = store
+        self.threshold = threshold
+
+    def prepare(self, corpus: Corpus) -> None:
+        self.corpus = corpus
+        self.store.prepare(corpus)
+
+    def detect(self, pairs: Pairs) -> Hits:
+        c, s = self.corpus, self.store
+        space, query_candidates = _candidate_space(s, pairs)
+        target = c.anchor[pairs.anchor_row] if query_candidates else c.positive[pairs.anchor_row]
+        score = s.cosine(space, space, target, pairs.cand_tid)
+        mask = (score >= self.threshold) & (target != pairs.cand_tid)
+        return Hits(
+            self.name, mask, score.astype(np.float64), self.threshold, np.full(len(pairs), LIKELY, dtype=np.int8)
+        )
+
+    def info(self) -> dict[str, Any]:
+        return {"threshold": self.threshold, **self.store.info()}
+
+
+class AnchorEmbeddingDetector:
+    name = "anchor-embedding"
+    description = "candidate is the positive of a row whose anchor paraphrases this anchor (embedding cosine)"
+
+    def __init__(self, store: EmbeddingStore, threshold: float) -> None:
+        self.store = store
+        self.threshold = threshold
+
+    def prepare(self, corpus: Corpus) -> None:
+        self.corpus = corpus
+        self.store.prepare(corpus)
+
+    def detect(self, pairs: Pairs) -> Hits:
+        c, s = self.corpus, self.store
+        mine, theirs = c.anchor[pairs.anchor_row], c.anchor[pairs.cand_row]
+        eligible = (pairs.cand_role == POSITIVE_ROLE) & (pairs.cand_row != pairs.anchor_row) & (mine != theirs)
+        score = np.zeros(len(pairs), dtype=np.float64)
+        idx = np.flatnonzero(eligible)
+        score[idx] = s.cosine(s.query, s.query, mine[idx], theirs[idx])
+        mask = eligible & (score >= self.threshold)
+        return Hits(self.name, mask, score, self.threshold, np.full(len(pairs), LIKELY, dtype=np.int8))
+
+    def info(self) -> dict[str, Any]:
+        return {"threshold": self.threshold}
+
+
+class MarginDetector:
+    name = "margin"
+    description = "candidate scores against the anchor within the margin of the anchor's own positive"
+
+    def __init__(self, store: EmbeddingStore, absolute_margin: float | None, relative_margin: float | None) -> None:
+        self.store = store
+        self.absolute_margin = absolute_margin
+        self.relative_margin = relative_margin
+
+    def prepare(self, corpus: Corpus) -> None:
+        self.corpus = corpus
+        self.store.prepare(corpus)
+
+    def detect(self, pairs: Pairs) -> Hits:
+        cand, pos = pair_scores(self.store, self.corpus, pairs)
+        same = (pairs.cand_tid == self.corpus.anchor[pairs.anchor_row]) | (
+            pairs.cand_tid == self.corpus.positive[pairs.anchor_row]
+        )
+        if self.relative_margin is not None:
+            threshold = 1.0 - self.relative_margin
+            score = np.divide(cand, pos, out=np.zeros_like(cand), where=pos > 0).astype(np.float64)
+            mask = (pos > 0) & (score > threshold)
+        elif self.absolute_margin is not None:
+            threshold = -self.absolute_margin
+            score = (cand - pos).astype(np.float64)
+            mask = score > threshold
+        else:
+            return constant_hits(self.name, np.zeros(len(pairs), dtype=bool), 0.0, SUSPECT, 0.0)
+        return Hits(self.name, mask & ~same, score, threshold, np.full(len(pairs), SUSPECT, dtype=np.int8))
+
+    def info(self) -> dict[str, Any]:
+        if self.relative_margin is not None:
+            return {"relative_margin": self.relative_margin, "rule": "sim(a, c) > sim(a, p) * (1 - relative_margin)"}
+        return {"absolute_margin": self.absolute_margin, "rule": "sim(a, c) > sim(a, p) - absolute_margin"}

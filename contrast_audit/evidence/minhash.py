@@ -1,0 +1,359 @@
+"""``minhash``: the candidate is a near-duplicate, by shingle overlap, of the anchor row's anchor or
+positive.
+
+Each distinct normalised text gets one MinHash signature over its word or character n-grams,
+computed in bulk: shingles are built and hashed as polars expressions, then datasketch's
+``affine32`` permutations (datasketch >= 2.0, its default scheme) and the per-text minimum are
+applied in numpy. A signature row is identical to the ``hashvalues`` of a ``datasketch.MinHash``
+with the same ``num_perm`` and ``seed`` and :func:`shingle_hash` as its ``hashfunc``, updated with
+the same shingles.
+
+Signatures are cut into ``bands`` × ``rows`` with datasketch's own LSH optimiser (equal weights on
+false positives and false negatives at ``threshold``). Two texts are near-duplicates when they
+share a band (an LSH candidate) and their estimated Jaccard similarity, the fraction of equal
+signature values, is at least ``threshold``. A text with no shingles matches nothing, and identical
+texts are left to the ``exact`` detector.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import polars as pl
+from datasketch import MinHash
+from datasketch.lsh import _optimal_param
+
+from contrast_audit.corpus import Corpus
+from contrast_audit.errors import ConfigError
+from contrast_audit.evidence.base import LIKELY, Hits, Pairs
+
+try:  # datasketch >= 2.0: the affine32 scheme and its input mix
+    from datasketch.minhash import _fmix
+
+    _DATASKETCH_OK = True
+except ImportError:  # pragma: no cover - depends on the installed datasketch
+    _DATASKETCH_OK = False
+
+SCHEME = "affine32"
+SHINGLES = ("word", "char")
+MAX_HASH = np.uint32(0xFFFFFFFF)  # datasketch's empty value for affine32
+HASH_SEED = 0
+SHINGLE_HASH = f"polars {pl.__version__} hash(seed={HASH_SEED}), low 32 bits"
+MAX_BUCKET = 1000  # an LSH bucket holding more texts than this is skipped (boilerplate)
+
+_SHINGLES_PER_CHUNK = 2_000_000  # texts are shingled in chunks of about this many shingles
+_CELLS_PER_BLOCK = 1 << 22  # shingles × num_perm permuted at once (16 MiB of uint32)
+_PAIRS_PER_BLOCK = 1 << 16  # pairs whose signatures are compared at once
+_CANDIDATES_PER_CHUNK = 4_000_000  # LSH candidate pairs expanded and verified at once
+_TOKEN = {"word": r"\S+", "char": r"(?s)."}
+_JOIN = {"word": " ", "char": ""}
+
+
+def shingle_hash(shingle: str) -> int:
+    """The 32-bit hash of one shingle, as :func:`shingles` are hashed in bulk (a ``hashfunc`` for
+    ``datasketch.MinHash``). Stable within one polars version only, so it is part of the settings."""
+    return int(pl.Series([shingle], dtype=pl.String).hash(HASH_SEED)[0]) & 0xFFFFFFFF
+
+
+def shingles(texts: pl.Series, shingle: str, ngram: int) -> pl.DataFrame:
+    """Every shingle of every text: columns ``idx`` (position in ``texts``, ascending) and ``shingle``.
+
+    ``word``: n-grams of whitespace-separated tokens, joined by one space; ``char``: n-grams of
+    characters. A text shorter than ``ngram`` tokens is one shingle (its tokens joined); an empty
+    text has none.
+    """
+    frame = (
+        pl.DataFrame({"text": texts.cast(pl.String)})
+        .with_row_index("idx")
+        .select(
+            pl.col("idx").cast(pl.Int64), pl.col("text").fill_null("").str.extract_all(_TOKEN[shingle]).alias("tok")
+        )
+        .with_columns(pl.col("tok").list.len().cast(pl.Int64).alias("len"))
+        .filter(pl.col("len") > 0)
+    )
+    short = frame.filter(pl.col("len") < ngram).select("idx", pl.col("tok").list.join(_JOIN[shingle]).alias("shingle"))
+    tok = pl.col("tok")
+    long = (
+        frame.filter(pl.col("len") >= ngram)
+        .with_columns(pl.int_ranges(0, pl.col("len")).alias("pos"))
+        .explode("tok", "pos")
+        .with_columns(pl.concat_str([tok.shift(-k) for k in range(ngram)], separator=_JOIN[shingle]).alias("shingle"))
+        .filter(pl.col("pos") <= pl.col("len") - ngram)
+        .select("idx", "shingle")
+    )
+    return pl.concat([short, long]).sort("idx", maintain_order=True)
+
+
+@dataclass(frozen=True)
+class Signatures:
+    """MinHash signatures of a set of texts, with the settings that made them.
+
+    ``values`` is (texts × num_perm) uint32; a text without shingles (``empty``) keeps the empty
+    signature, all ``MAX_HASH``, and is similar to nothing.
+    """
+
+    settings: tuple[tuple[str, Any], ...]
+    values: np.ndarray
+    empty: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.values.shape[0])
+
+    def jaccard(self, rows: np.ndarray, other: Signatures, other_rows: np.ndarray) -> np.ndarray:
+        """Estimated Jaccard similarity of each ``self[rows[i]]`` with ``other[other_rows[i]]``.
+
+        Raises ConfigError when the two were made with different settings (like datasketch
+        refusing MinHashes with different seeds): their values are not comparable.
+        """
+        if other.settings != self.settings:
+            mine, theirs = dict(self.settings), dict(other.settings)
+            diff = ", ".join(f"{k} {mine.get(k)!r} vs {theirs.get(k)!r}" for k in mine if mine.get(k) != theirs.get(k))
+            raise ConfigError(
+                f"cannot compare MinHash signatures made with different settings ({diff})",
+                fix="compute both with the same minhash settings",
+            )
+        rows = np.asarray(rows, dtype=np.int64)
+        other_rows = np.asarray(other_rows, dtype=np.int64)
+        out = np.zeros(rows.shape[0], dtype=np.float64)
+        num_perm = self.values.shape[1]
+        for lo in range(0, rows.shape[0], _PAIRS_PER_BLOCK):
+            a, b = rows[lo : lo + _PAIRS_PER_BLOCK], other_rows[lo : lo + _PAIRS_PER_BLOCK]
+            equal = np.count_nonzero(self.values[a] == other.values[b], axis=1)
+            out[lo : lo + a.shape[0]] = equal / num_perm
+        out[self.empty[rows] | other.empty[other_rows]] = 0.0
+        return out
+
+
+def signatures(texts: pl.Series, *, num_perm: int, seed: int, shingle: str, ngram: int) -> Signatures:
+    """One MinHash signature per text, in bulk, chunked so memory stays bounded."""
+    a, b = MinHash(num_perm=num_perm, seed=seed, scheme=SCHEME).permutations
+    a, b = a.astype(np.uint32)[:, None], b.astype(np.uint32)[:, None]
+    n = texts.len()
+    values = np.full((n, num_perm), MAX_HASH, dtype=np.uint32)
+    empty = np.ones(n, dtype=bool)
+    # Shingles per text (the token count bounds it) decide where the chunks of texts end.
+    text = pl.lit(texts.cast(pl.String)).fill_null("")
+    count = text.str.len_chars() if shingle == "char" else text.str.count_matches(_TOKEN[shingle])
+    tokens = pl.select(count).to_series().to_numpy().astype(np.int64)
+    cost = np.cumsum(np.maximum(tokens - ngram + 1, (tokens > 0).astype(np.int64)))
+    ends = np.searchsorted(cost, np.arange(_SHINGLES_PER_CHUNK, int(cost[-1]) if n else 0, _SHINGLES_PER_CHUNK))
+    bounds = np.unique(np.r_[0, ends, n])
+    block = max(1, _CELLS_PER_BLOCK // num_perm)
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        hashed = shingles(texts.slice(int(lo), int(hi - lo)), shingle, ngram).select(
+            "idx", (pl.col("shingle").hash(HASH_SEED) & 0xFFFFFFFF).cast(pl.UInt32).alias("h")
+        )
+        if hashed.height == 0:
+            continue
+        idx = hashed.get_column("idx").to_numpy() + lo
+        hv = _fmix(hashed.get_column("h").to_numpy(), 32)
+        starts = np.flatnonzero(np.r_[True, idx[1:] != idx[:-1]])
+        # Blocks of about ``block`` shingles, cut where a text starts.
+        first = np.searchsorted(starts, np.arange(0, hv.shape[0], block))
+        cuts = np.unique(np.r_[starts[first[first < starts.shape[0]]], hv.shape[0]])
+        for s0, s1 in zip(cuts[:-1], cuts[1:], strict=True):
+            local = starts[(starts >= s0) & (starts < s1)]
+            permuted = a * hv[None, s0:s1]  # (num_perm × shingles); uint32 wraps: mod 2**32
+            permuted += b
+            values[idx[local]] = np.minimum.reduceat(permuted, local - s0, axis=1).T
+        empty[idx[starts]] = False
+    settings = (
+        ("scheme", SCHEME),
+        ("hash", SHINGLE_HASH),
+        ("shingle", shingle),
+        ("ngram", ngram),
+        ("num_perm", num_perm),
+        ("seed", seed),
+    )
+    return Signatures(settings, values, empty)
+
+
+def band_keys(sig: Signatures, bands: int, rows: int) -> np.ndarray:
+    """(texts × bands) uint64: one key per band, a hash of that band's ``rows`` signature values."""
+    n = len(sig)
+    keys = np.zeros((n, bands), dtype=np.uint64)
+    for j in range(bands):
+        band = sig.values[:, j * rows : (j + 1) * rows].astype(np.uint64)
+        key = np.full(n, 0x9E3779B97F4A7C15 + j, dtype=np.uint64)
+        for c in range(0, rows, 2):  # two 32-bit values per 64-bit mixing step
+            word = band[:, c] << np.uint64(32)
+            if c + 1 < rows:
+                word |= band[:, c + 1]
+            key = _fmix(key ^ word, 64)
+        keys[:, j] = key
+    return keys
+
+
+@lru_cache(maxsize=32)
+def lsh_params(threshold: float, num_perm: int) -> tuple[int, int]:
+    """(bands, rows) from datasketch's optimiser, false positives and negatives weighted equally."""
+    bands, rows = _optimal_param(threshold, num_perm, 0.5, 0.5)
+    return int(bands), int(rows)
+
+
+class MinHashDetector:
+    """Near-duplicates by MinHash: ``threshold`` on the estimated Jaccard similarity of the texts'
+    ``shingle`` n-grams (``ngram`` words or characters), ``num_perm`` permutations from ``seed``.
+
+    After :meth:`prepare`, ``signatures`` holds one signature per text id, ``keys`` its band keys
+    and ``pairs`` every near-duplicate pair of the corpus (``tid_a < tid_b``, ``jaccard``).
+    """
+
+    name = "minhash"
+    description = "candidate is a near-duplicate (MinHash Jaccard of shingles) of the anchor row's anchor or positive"
+
+    def __init__(
+        self, threshold: float = 0.5, num_perm: int = 128, shingle: str = "word", ngram: int = 3, seed: int = 1
+    ) -> None:
+        if not _DATASKETCH_OK:
+            raise ConfigError("the minhash detector needs datasketch >= 2.0", fix="pip install -U 'datasketch>=2.0'")
+        if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0 < threshold <= 1:
+            raise ConfigError(f"minhash threshold must be in (0, 1], got {threshold!r}")
+        if isinstance(num_perm, bool) or not isinstance(num_perm, int) or num_perm < 16:
+            raise ConfigError(f"minhash num_perm must be an integer >= 16, got {num_perm!r}")
+        if shingle not in SHINGLES:
+            raise ConfigError(f"minhash shingle must be 'word' or 'char', got {shingle!r}")
+        if isinstance(ngram, bool) or not isinstance(ngram, int) or ngram < 1:
+            raise ConfigError(f"minhash ngram must be an integer >= 1, got {ngram!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+            raise ConfigError(f"minhash seed must be an integer in [0, 2**32), got {seed!r}")
+        self.threshold = float(threshold)
+        self.num_perm = num_perm
+        self.shingle = shingle
+        self.ngram = ngram
+        self.seed = seed
+        self.bands, self.rows = lsh_params(self.threshold, num_perm)
+        self.max_bucket = MAX_BUCKET
+        self.pairs: pl.DataFrame | None = None
+        self.candidate_checks: int | None = None
+        self.skipped_buckets: int | None = None
+
+    def prepare(self, corpus: Corpus) -> None:
+        self.corpus = corpus
+        self.signatures = signatures(
+            corpus.texts.get_column("norm"),
+            num_perm=self.num_perm,
+            seed=self.seed,
+            shingle=self.shingle,
+            ngram=self.ngram,
+        )
+        self.keys = band_keys(self.signatures, self.bands, self.rows)
+        self._near_duplicates()
+
+    def _near_duplicates(self) -> None:
+        """Every pair of texts sharing a band bucket of at most ``max_bucket`` texts, verified.
+
+        Each band's buckets are expanded into pairs a few million at a time and verified at once,
+        so only near-duplicates are kept. Texts in a larger bucket are marked ``crowded``; pairs
+        of them are compared band by band in :meth:`similar` instead.
+        """
+        n = len(self.signatures)
+        tids = np.flatnonzero(~self.signatures.empty)
+        crowded = np.zeros(n, dtype=bool)
+        found: list[pl.DataFrame] = []
+        checks = skipped = 0
+        for j in range(self.bands):
+            band = pl.DataFrame({"key": self.keys[tids, j], "tid": tids})
+            sizes = band.group_by("key").len()
+            big = sizes.filter(pl.col("len") > self.max_bucket).select("key")
+            skipped += big.height
+            if big.height:
+                crowded[band.join(big, on="key", how="semi").get_column("tid").to_numpy()] = True
+            # Buckets in runs of about _CANDIDATES_PER_CHUNK pairs.
+            buckets = (
+                sizes.filter((pl.col("len") > 1) & (pl.col("len") <= self.max_bucket))
+                .sort("key")
+                .with_columns(
+                    (
+                        (pl.col("len").cast(pl.Int64) * (pl.col("len") - 1) // 2).cum_sum() // _CANDIDATES_PER_CHUNK
+                    ).alias("run")
+                )
+            )
+            members = band.join(buckets.select("key", "run"), on="key", how="inner")
+            for run in members.partition_by("run", include_key=False):
+                pairs = (
+                    run.join(run, on="key", suffix="_b")
+                    .filter(pl.col("tid") < pl.col("tid_b"))
+                    .select(pl.col("tid").alias("tid_a"), "tid_b")
+                )
+                a = pairs.get_column("tid_a").to_numpy()
+                b = pairs.get_column("tid_b").to_numpy()
+                jac = self.signatures.jaccard(a, self.signatures, b)
+                checks += pairs.height
+                found.append(pairs.with_columns(pl.Series("jaccard", jac)).filter(pl.Series(jac >= self.threshold)))
+        schema = {"tid_a": pl.Int64, "tid_b": pl.Int64, "jaccard": pl.Float64}
+        self.pairs = pl.concat([pl.DataFrame(schema=schema), *found]).unique(["tid_a", "tid_b"]).sort("tid_a", "tid_b")
+        self.candidate_checks = checks
+        self.skipped_buckets = skipped
+        a = self.pairs.get_column("tid_a").to_numpy()
+        b = self.pairs.get_column("tid_b").to_numpy()
+        self._codes = a * n + b  # sorted, since (a, b) is sorted and b < n
+        self._jaccard = self.pairs.get_column("jaccard").to_numpy()
+        self._crowded = crowded
+        self._paired = np.zeros(n, dtype=bool)  # texts in at least one near-duplicate pair
+        self._paired[a] = True
+        self._paired[b] = True
+
+    def similar(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """Verified Jaccard of texts ``x[i]`` and ``y[i]`` where they are LSH candidates (share a
+        band key) at or above ``threshold``; 0 elsewhere, for identical ids and for empty texts.
+
+        Looked up in the near-duplicate pairs of ``prepare``; pairs of crowded texts, which may
+        share only a skipped bucket, are compared band by band.
+        """
+        x = np.asarray(x, dtype=np.int64)
+        y = np.asarray(y, dtype=np.int64)
+        out = np.zeros(x.shape[0], dtype=np.float64)
+        both = np.flatnonzero(self._paired[x] & self._paired[y])
+        if both.shape[0]:
+            code = np.minimum(x[both], y[both]) * len(self.signatures) + np.maximum(x[both], y[both])
+            pos = np.minimum(np.searchsorted(self._codes, code), self._codes.shape[0] - 1)
+            hit = self._codes[pos] == code
+            out[both[hit]] = self._jaccard[pos[hit]]
+        crowded = np.flatnonzero(self._crowded[x] & self._crowded[y])
+        if crowded.shape[0]:
+            out[crowded] = np.maximum(out[crowded], self.compare(x[crowded], y[crowded]))
+        return out
+
+    def compare(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """:meth:`similar` straight from the signatures: band keys compared pair by pair, then
+        verified. The reference for the lookup, and its fallback for crowded texts."""
+        sig = self.signatures
+        out = np.zeros(x.shape[0], dtype=np.float64)
+        todo = np.flatnonzero((x != y) & ~sig.empty[x] & ~sig.empty[y])
+        for lo in range(0, todo.shape[0], _PAIRS_PER_BLOCK):
+            part = todo[lo : lo + _PAIRS_PER_BLOCK]
+            part = part[(self.keys[x[part]] == self.keys[y[part]]).any(axis=1)]
+            jac = sig.jaccard(x[part], sig, y[part])
+            ok = jac >= self.threshold
+            out[part[ok]] = jac[ok]
+        return out
+
+    def detect(self, pairs: Pairs) -> Hits:
+        c = self.corpus
+        cand = pairs.cand_tid
+        score = np.maximum(
+            self.similar(cand, c.anchor[pairs.anchor_row]), self.similar(cand, c.positive[pairs.anchor_row])
+        )
+        mask = score > 0  # verified scores are >= threshold > 0
+        return Hits(self.name, mask, score, self.threshold, np.full(len(pairs), LIKELY, dtype=np.int8))
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "threshold": self.threshold,
+            "num_perm": self.num_perm,
+            "shingle": self.shingle,
+            "ngram": self.ngram,
+            "seed": self.seed,
+            "scheme": SCHEME,
+            "bands": self.bands,
+            "rows": self.rows,
+            "hash": SHINGLE_HASH,
+            "max_bucket": self.max_bucket,
+            "candidate_checks": self.candidate_checks,
+            "near_duplicate_pairs": None if self.pairs is None else self.pairs.height,
+            "skipped_buckets": self.skipped_buckets,
+        }

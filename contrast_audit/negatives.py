@@ -1,0 +1,174 @@
+"""The highest-scoring alleged negatives: for every in-batch comparison, the candidate's score
+against the anchor, the anchor's positive score, the margin between them, and whether (and why)
+the scan flags the candidate. Globally, or per anchor."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Sequence
+
+import numpy as np
+import polars as pl
+from rich.console import Console
+from rich.table import Table
+
+from contrast_audit.api import AuditResult
+from contrast_audit.errors import ConfigError
+from contrast_audit.evidence.embedding import pair_scores
+from contrast_audit.judge import _chunks, batch_pairs, direction_pairs
+from contrast_audit.report.common import clip, evidence_text
+
+
+def _store(result: AuditResult):
+    for detector in result.detectors:
+        if hasattr(detector, "store"):
+            return detector.store
+    raise ConfigError("listing alleged negatives needs embeddings", fix="drop --no-embeddings")
+
+
+def alleged_negatives(
+    result: AuditResult,
+    *,
+    top: int = 20,
+    per_anchor: int = 0,
+    sources: Sequence[str] | None = None,
+    cohorts: Sequence[str] | None = None,
+) -> pl.DataFrame:
+    """Top candidates by score. With ``per_anchor`` K, each anchor's K best, for the ``top``
+    anchors whose best candidate scores highest."""
+    corpus, store = result.corpus, _store(result)
+    keep_rows = np.ones(corpus.n_rows, dtype=bool)
+    rows = corpus.rows
+    if sources:
+        keep_rows &= rows.get_column("source").is_in(list(sources)).fill_null(False).to_numpy()
+    if cohorts:
+        keep_rows &= rows.get_column("cohort").is_in(list(cohorts)).fill_null(False).to_numpy()
+    batches = result.plan.global_batches(result.config.plan.world_size)
+    width = 1 + corpus.negatives.shape[1]
+    keep_each = max(top, 1) if per_anchor == 0 else per_anchor
+    parts: list[pl.DataFrame] = []
+    for direction in result.config.loss.directions:
+        for start, stop in _chunks(batches, width):
+            batch, anchor, other = batch_pairs(batches, start, stop)
+            pairs, pair_batch = direction_pairs(corpus, direction, batch, anchor, other)
+            wanted = keep_rows[pairs.anchor_row]
+            if not wanted.any():
+                continue
+            cand, pos = pair_scores(store, corpus, pairs)
+            frame = pl.DataFrame(
+                {
+                    "batch": pair_batch[wanted],
+                    "anchor_row": pairs.anchor_row[wanted],
+                    "cand_row": pairs.cand_row[wanted],
+                    "cand_role": pairs.cand_role[wanted],
+                    "cand_tid": pairs.cand_tid[wanted],
+                    "candidate_score": cand[wanted],
+                    "positive_score": pos[wanted],
+                }
+            ).with_columns(pl.lit(direction).alias("direction"))
+            if per_anchor:
+                frame = (
+                    frame.sort("candidate_score", descending=True)
+                    .group_by("anchor_row", maintain_order=True)
+                    .head(keep_each)
+                )
+            else:
+                frame = frame.top_k(keep_each, by="candidate_score")
+            parts.append(frame)
+    if not parts:
+        return _join_findings(result, pl.DataFrame(schema=_SCHEMA))
+    table = pl.concat(parts)
+    order = ["candidate_score", "batch", "anchor_row", "cand_row"]
+    desc = [True, False, False, False]
+    if per_anchor:
+        table = table.sort(order, descending=desc).group_by("anchor_row", maintain_order=True).head(per_anchor)
+        best = table.group_by("anchor_row").agg(pl.col("candidate_score").max().alias("_best"))
+        anchors = best.sort(["_best", "anchor_row"], descending=[True, False]).head(top).with_row_index("_rank")
+        table = (
+            table.join(anchors, on="anchor_row")
+            .sort(["_rank", "candidate_score"], descending=[False, True])
+            .drop("_best", "_rank")
+        )
+    else:
+        table = table.sort(order, descending=desc).head(top)
+    return _join_findings(
+        result, table.with_columns((pl.col("candidate_score") - pl.col("positive_score")).alias("margin"))
+    )
+
+
+_SCHEMA = {
+    "batch": pl.Int64,
+    "anchor_row": pl.Int64,
+    "cand_row": pl.Int64,
+    "cand_role": pl.Int64,
+    "cand_tid": pl.Int64,
+    "candidate_score": pl.Float32,
+    "positive_score": pl.Float32,
+    "direction": pl.String,
+    "margin": pl.Float32,
+}
+
+
+def _join_findings(result: AuditResult, table: pl.DataFrame) -> pl.DataFrame:
+    keys = ["batch", "direction", "anchor_row", "cand_row", "cand_role"]
+    flags = result.findings.select(*keys, pl.col("severity").cast(pl.String), "evidence")
+    joined = table.join(flags, on=keys, how="left", maintain_order="left")
+    return joined.with_columns(pl.col("severity").is_not_null().alias("flagged"))
+
+
+def _records(result: AuditResult, table: pl.DataFrame) -> list[dict]:
+    shown = result.findings_table(
+        table.with_columns(pl.col("evidence").fill_null(pl.lit([], dtype=result.findings.schema["evidence"])))
+    )
+    return shown.select(
+        "batch",
+        "direction",
+        "anchor_id",
+        "candidate_id",
+        "candidate_role",
+        pl.col("candidate_score").round(6),
+        pl.col("positive_score").round(6),
+        pl.col("margin").round(6),
+        "flagged",
+        "severity",
+        "evidence",
+        "anchor_text",
+        "positive_text",
+        "candidate_text",
+    ).to_dicts()
+
+
+def render_json(result: AuditResult, table: pl.DataFrame, *, top: int, per_anchor: int) -> str:
+    payload = {
+        "schema_version": "1",
+        "mode": "per_anchor" if per_anchor else "global",
+        "top": top,
+        "per_anchor": per_anchor,
+        "similarity": "cosine",
+        "embedding": _store(result).info(),
+        "negatives": _records(result, table),
+    }
+    return json.dumps(payload, indent=2, ensure_ascii=False, default=float) + "\n"
+
+
+def render_text(result: AuditResult, table: pl.DataFrame, *, per_anchor: int, color: bool = False) -> str:
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=color, no_color=not color, width=160, highlight=False)
+    title = "Highest-scoring alleged negatives" + (f" ({per_anchor} per anchor)" if per_anchor else "")
+    grid = Table(title=title, title_justify="left")
+    for name in ("anchor", "its positive", "alleged negative", "score", "positive", "margin", "flagged"):
+        grid.add_column(name, overflow="fold", justify="right" if name in ("score", "positive", "margin") else "left")
+    for r in _records(result, table):
+        flagged = f"{r['severity']}: {evidence_text(r['evidence'])}" if r["flagged"] else "no"
+        grid.add_row(
+            f"{clip(r['anchor_text'], 45)}\n[dim]{r['anchor_id']}[/dim]",
+            clip(r["positive_text"], 45),
+            f"{clip(r['candidate_text'], 45)}\n[dim]{r['candidate_id']} {r['candidate_role']} · batch {r['batch']}[/dim]",
+            f"{r['candidate_score']:.3f}",
+            f"{r['positive_score']:.3f}",
+            f"{r['margin']:+.3f}",
+            flagged,
+        )
+    console.print(grid)
+    return buffer.getvalue()

@@ -1,0 +1,124 @@
+"""Embedding, anchor-embedding and margin evidence on hand-made vectors (no model), and the
+policy that maps them to severities."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from contrast_audit.config import EmbeddingConfig, NormaliseConfig, build_config
+from contrast_audit.corpus import POSITIVE_ROLE, build_corpus
+from contrast_audit.embed import EmbeddingStore
+from contrast_audit.errors import ConfigError
+from contrast_audit.evidence import LIKELY, SUSPECT, Pairs, default_detectors
+from contrast_audit.evidence.embedding import AnchorEmbeddingDetector, EmbeddingDetector, MarginDetector
+
+
+class FixedStore(EmbeddingStore):
+    """A store whose vectors are given: text → unit vector."""
+
+    def __init__(self, vectors: dict[str, list[float]]) -> None:
+        super().__init__(EmbeddingConfig())
+        self.vectors = vectors
+
+    def prepare(self, corpus) -> None:
+        texts = corpus.texts.get_column("text").to_list()
+        mat = np.array([self.vectors[t] for t in texts], dtype=np.float32)
+        mat /= np.linalg.norm(mat, axis=1, keepdims=True)
+        self.query = self.doc = mat
+
+
+def corpus_of(rows):
+    frame = pl.DataFrame(
+        {
+            "id": [str(i) for i in range(len(rows))],
+            "anchor": [r[0] for r in rows],
+            "positive": [r[1] for r in rows],
+            "negatives": [[] for _ in rows],
+            "group": [None] * len(rows),
+        },
+        schema_overrides={"negatives": pl.List(pl.String)},
+    )
+    return build_corpus(frame, NormaliseConfig())
+
+
+VECTORS = {
+    "q0": [1, 0, 0, 0],
+    "d0": [1, 0.2, 0, 0],
+    "q1": [0.95, 0.05, 0, 0],
+    "d1": [1, 0.25, 0, 0],  # q1 paraphrases q0; d1 near-duplicates d0
+    "q2": [0, 1, 0, 0],
+    "d2": [0, 0, 1, 0],  # unrelated
+    "q3": [0, 0, 0, 1],
+    "d3": [0.8, -0.3, 0, 0.5],  # d3 scores fairly high against q0 but is not a duplicate of d0
+}
+ROWS = [("q0", "d0"), ("q1", "d1"), ("q2", "d2"), ("q3", "d3")]
+
+
+def q2d_pairs(c, anchor_rows, cand_rows):
+    a, b = np.asarray(anchor_rows), np.asarray(cand_rows)
+    return Pairs("query_to_doc", a, b, np.full(len(b), POSITIVE_ROLE), c.positive[b])
+
+
+def prepared(detector, c):
+    detector.prepare(c)
+    return detector
+
+
+def test_embedding_flags_near_duplicate_positives():
+    c = corpus_of(ROWS)
+    det = prepared(EmbeddingDetector(FixedStore(VECTORS), 0.95), c)
+    hits = det.detect(q2d_pairs(c, [0, 0, 0], [1, 2, 3]))
+    assert hits.mask.tolist() == [True, False, False]
+    assert hits.score[0] == pytest.approx(
+        np.dot([1, 0.2, 0, 0], [1, 0.25, 0, 0]) / (np.linalg.norm([1, 0.2, 0, 0]) * np.linalg.norm([1, 0.25, 0, 0])),
+        rel=1e-5,
+    )
+    assert (hits.severity == LIKELY).all()
+
+
+def test_query_candidates_are_compared_with_the_anchor():
+    c = corpus_of(ROWS)
+    det = prepared(EmbeddingDetector(FixedStore(VECTORS), 0.95), c)
+    pairs = Pairs("query_to_query", np.array([0, 0]), np.array([1, 2]), np.array([-1, -1]), c.anchor[[1, 2]])
+    assert det.detect(pairs).mask.tolist() == [True, False]
+
+
+def test_anchor_embedding_needs_paraphrased_anchors_and_positive_candidates():
+    c = corpus_of(ROWS)
+    det = prepared(AnchorEmbeddingDetector(FixedStore(VECTORS), 0.95), c)
+    assert det.detect(q2d_pairs(c, [0, 0, 0], [1, 2, 3])).mask.tolist() == [True, False, False]
+    hard_negative = Pairs("query_to_doc", np.array([0]), np.array([1]), np.array([1]), c.positive[[1]])
+    assert det.detect(hard_negative).mask.tolist() == [False]
+
+
+def test_margin_absolute_and_relative_rules():
+    c = corpus_of(ROWS)
+    store = FixedStore(VECTORS)
+    pairs = q2d_pairs(c, [0, 0, 0], [1, 2, 3])
+    s = store
+    s.prepare(c)
+    unit = s.query
+    sim = lambda a, b: float(unit[c.anchor[a]] @ unit[c.positive[b]])  # noqa: E731
+    gap = [sim(0, j) - sim(0, 0) for j in (1, 2, 3)]
+    absolute = prepared(MarginDetector(store, 0.0, None), c).detect(pairs)
+    assert absolute.mask.tolist() == [g > 0 for g in gap]
+    loose = prepared(MarginDetector(store, 0.1, None), c).detect(pairs)
+    assert loose.mask.tolist() == [g > -0.1 for g in gap]
+    relative = prepared(MarginDetector(store, None, 0.05), c).detect(pairs)
+    assert relative.mask.tolist() == [sim(0, j) > 0.95 * sim(0, 0) for j in (1, 2, 3)]
+    assert (absolute.severity == SUSPECT).all()
+
+
+def test_policy_wires_detectors_from_config():
+    names = [d.name for d in default_detectors(build_config({}))]
+    assert names == ["exact", "same-anchor", "declared", "linked", "minhash", "embedding", "anchor-embedding"]
+    with_margin = [d.name for d in default_detectors(build_config({"minhash": False, "margin": True}))]
+    assert with_margin == ["exact", "same-anchor", "declared", "linked", "embedding", "anchor-embedding", "margin"]
+    off = [d.name for d in default_detectors(build_config({"minhash": False, "embeddings": False}))]
+    assert off == ["exact", "same-anchor", "declared", "linked"]
+    with pytest.raises(ConfigError):
+        build_config({"absolute_margin": 0.1, "relative_margin": 0.05})
+    with pytest.raises(ConfigError):
+        build_config({"positive_threshold": 1.5})

@@ -1,0 +1,289 @@
+"""The ``minhash`` detector: signatures against datasketch, LSH banding, near-duplicate verdicts."""
+
+from __future__ import annotations
+
+import datasketch
+import numpy as np
+import polars as pl
+import pytest
+from datasketch.lsh import _optimal_param
+
+from contrast_audit.config import NormaliseConfig
+from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, build_corpus
+from contrast_audit.errors import ConfigError
+from contrast_audit.evidence import LIKELY, Pairs
+from contrast_audit.evidence import minhash as mh
+from contrast_audit.evidence.minhash import MinHashDetector, shingle_hash, shingles, signatures
+
+BOTTLE = "insulated stainless steel water bottle keeps drinks cold for twenty four hours"  # 12 words
+BOTTLE_LAST = "insulated stainless steel water bottle keeps drinks cold for twenty four hrs"
+BOTTLE_MIDDLE = "insulated stainless steel water bottle keeps drinks cool for twenty four hours"
+ROUTER = "how do i reset my router password after a firmware update"
+
+
+def corpus_of(rows: list[tuple], cfg: NormaliseConfig | None = None):
+    frame = pl.DataFrame(
+        {
+            "id": [str(i) for i in range(len(rows))],
+            "anchor": [r[0] for r in rows],
+            "positive": [r[1] for r in rows],
+            "negatives": [list(r[2:]) for r in rows],
+            "group": [None] * len(rows),
+        },
+        schema_overrides={"negatives": pl.List(pl.String), "group": pl.String},
+    )
+    return build_corpus(frame, cfg or NormaliseConfig())
+
+
+def pairs(corpus, anchor_rows, cand_rows, roles=None, direction="query_to_doc"):
+    anchor_rows = np.asarray(anchor_rows)
+    cand_rows = np.asarray(cand_rows)
+    roles = np.full(len(cand_rows), POSITIVE_ROLE) if roles is None else np.asarray(roles)
+    tids = np.where(roles == ANCHOR_ROLE, corpus.anchor[cand_rows], corpus.positive[cand_rows])
+    neg = roles > 0
+    tids[neg] = corpus.negatives[cand_rows[neg], roles[neg] - 1]
+    return Pairs(direction, anchor_rows, cand_rows, roles, tids)
+
+
+def run(detector, corpus, p):
+    detector.prepare(corpus)
+    return detector.detect(p)
+
+
+def word_shingles(text: str, n: int) -> list[str]:
+    tokens = text.split()
+    if 0 < len(tokens) < n:
+        return [" ".join(tokens)]
+    return [" ".join(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+
+
+def char_shingles(text: str, n: int) -> list[str]:
+    if 0 < len(text) < n:
+        return [text]
+    return [text[i : i + n] for i in range(len(text) - n + 1)]
+
+
+def true_jaccard(x: str, y: str, n: int = 3) -> float:
+    a, b = set(word_shingles(x, n)), set(word_shingles(y, n))
+    return len(a & b) / len(a | b)
+
+
+TEXTS = [BOTTLE, "hello", "", "two words", "a b c", "  spaced\tout \n text  ", "café ß 日本語 テキスト", "x y z x y z"]
+
+
+@pytest.mark.parametrize(("shingle", "ngram"), [("word", 3), ("word", 1), ("char", 3), ("char", 5)])
+def test_shingles_are_word_or_char_ngrams(shingle, ngram):
+    got = shingles(pl.Series(TEXTS), shingle, ngram)
+    make = word_shingles if shingle == "word" else char_shingles
+    for i, text in enumerate(TEXTS):
+        assert got.filter(pl.col("idx") == i).get_column("shingle").to_list() == make(text, ngram)
+
+
+@pytest.mark.parametrize(("shingle", "ngram", "num_perm", "seed"), [("word", 3, 128, 1), ("char", 4, 64, 7)])
+def test_signatures_equal_datasketch(shingle, ngram, num_perm, seed):
+    sig = signatures(pl.Series(TEXTS), num_perm=num_perm, seed=seed, shingle=shingle, ngram=ngram)
+    make = word_shingles if shingle == "word" else char_shingles
+    for i, text in enumerate(TEXTS):
+        reference = datasketch.MinHash(num_perm=num_perm, seed=seed, hashfunc=shingle_hash)
+        for s in make(text, ngram):
+            reference.update(s)
+        assert sig.values[i].dtype == reference.hashvalues.dtype
+        assert np.array_equal(sig.values[i], reference.hashvalues), text
+        assert sig.empty[i] == reference.is_empty()
+
+
+def test_signatures_do_not_depend_on_chunking(monkeypatch):
+    rng = np.random.default_rng(3)
+    words = np.array(["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"])
+    texts = pl.Series([" ".join(words[rng.integers(0, 8, int(k))]) for k in rng.integers(0, 9, 300)])
+    whole = signatures(texts, num_perm=32, seed=1, shingle="word", ngram=2)
+    monkeypatch.setattr(mh, "_SHINGLES_PER_CHUNK", 7)
+    monkeypatch.setattr(mh, "_CELLS_PER_BLOCK", 32 * 5)
+    chunked = signatures(texts, num_perm=32, seed=1, shingle="word", ngram=2)
+    assert np.array_equal(whole.values, chunked.values)
+    assert np.array_equal(whole.empty, chunked.empty)
+    assert whole.empty.any() and not whole.empty.all()
+
+
+def test_near_duplicate_found_and_unrelated_not():
+    c = corpus_of([("bottle?", BOTTLE), ("other bottle?", BOTTLE_LAST), ("router?", ROUTER)])
+    det = MinHashDetector()
+    hits = run(det, c, pairs(c, [0, 0, 2], [1, 2, 0]))
+    assert hits.mask.tolist() == [True, False, False]
+    assert hits.kind == "minhash"
+    assert hits.threshold == 0.5
+    assert hits.severity[0] == LIKELY
+    # The estimate is close to the true Jaccard of the word 3-grams (9 of 11 shared).
+    assert abs(hits.score[0] - true_jaccard(BOTTLE, BOTTLE_LAST)) < 0.15
+    assert hits.score[1] == 0.0
+    tids = c.positive[[0, 1]]
+    assert det.pairs.select("tid_a", "tid_b").rows() == [(int(tids.min()), int(tids.max()))]
+    assert det.info()["near_duplicate_pairs"] == 1
+
+
+def test_candidate_compared_with_anchor_as_well_as_positive():
+    # Row 1's anchor is a near-duplicate of row 0's anchor; the positives are unrelated.
+    c = corpus_of([(BOTTLE, "doc a"), (BOTTLE_LAST, "doc b")])
+    hits = run(MinHashDetector(), c, pairs(c, [0, 0], [1, 1], roles=[ANCHOR_ROLE, POSITIVE_ROLE]))
+    assert hits.mask.tolist() == [True, False]
+
+
+def test_identical_texts_are_not_minhash_evidence():
+    # Row 1's positive normalises to row 0's positive: same text id, the exact detector's case.
+    c = corpus_of([("q0", BOTTLE), ("q1", BOTTLE.upper() + "."), ("q2", BOTTLE_LAST)])
+    assert c.positive[0] == c.positive[1]
+    det = MinHashDetector()
+    hits = run(det, c, pairs(c, [0, 0], [1, 2]))
+    assert hits.mask.tolist() == [False, True]
+    assert hits.score[0] == 0.0
+    assert det.similar(c.positive[[0]], c.positive[[0]]).tolist() == [0.0]
+
+
+def test_threshold_and_shingle_change_the_outcome():
+    # One word changed in the middle: 7 of 13 word 3-grams shared, but most character 3-grams.
+    c = corpus_of([("q0", BOTTLE), ("q1", BOTTLE_MIDDLE)])
+    p = pairs(c, [0], [1])
+    assert 0.5 < true_jaccard(BOTTLE, BOTTLE_MIDDLE) < 0.6
+    assert run(MinHashDetector(threshold=0.3), c, p).mask.tolist() == [True]
+    assert run(MinHashDetector(threshold=0.8), c, p).mask.tolist() == [False]
+    char = run(MinHashDetector(threshold=0.8, shingle="char"), c, p)
+    assert char.mask.tolist() == [True]
+    assert char.score[0] >= 0.8
+
+
+@pytest.mark.parametrize(("threshold", "num_perm"), [(0.5, 128), (0.8, 128), (0.3, 64), (0.9, 256), (1.0, 16)])
+def test_bands_and_rows_come_from_datasketch(threshold, num_perm):
+    det = MinHashDetector(threshold=threshold, num_perm=num_perm)
+    expected = _optimal_param(threshold, num_perm, 0.5, 0.5)
+    assert (det.bands, det.rows) == expected
+    assert (det.info()["bands"], det.info()["rows"]) == expected
+    assert det.bands * det.rows <= num_perm
+
+
+def test_empty_and_one_word_texts():
+    # Whitespace kept: three distinct texts without a single word, and one-word texts.
+    cfg = NormaliseConfig(collapse_whitespace=False, strip_chars="")
+    c = corpus_of([(" ", "  "), ("   ", "hello"), ("help", "hello world"), ("word", "word")], cfg)
+    det = MinHashDetector()
+    det.prepare(c)
+    empty = c.anchor[[0, 1]].tolist() + [c.positive[0]]
+    assert len(set(empty)) == 3
+    assert det.signatures.empty[empty].all()
+    assert (det.signatures.values[empty] == mh.MAX_HASH).all()
+    # Empty signatures share every band key, yet never match.
+    assert (det.keys[empty[0]] == det.keys[empty[1]]).all()
+    hits = det.detect(pairs(c, [0, 0, 1, 2], [1, 1, 2, 1], roles=[ANCHOR_ROLE, POSITIVE_ROLE, POSITIVE_ROLE, 0]))
+    assert not hits.mask.any()
+    assert det.compare(np.array(empty[:2]), np.array(empty[1:])).tolist() == [0.0, 0.0]
+    assert det.pairs.height == 0
+    # A one-word text is one shingle: matched only by the same text (another id is impossible).
+    assert not det.signatures.empty[c.positive[1]]
+
+
+def test_same_seed_same_signatures():
+    c = corpus_of([(BOTTLE, BOTTLE_LAST), (BOTTLE_MIDDLE, ROUTER)])
+    a, b, other = MinHashDetector(seed=5), MinHashDetector(seed=5), MinHashDetector(seed=6)
+    for det in (a, b, other):
+        det.prepare(c)
+    assert np.array_equal(a.signatures.values, b.signatures.values)
+    assert np.array_equal(a.keys, b.keys)
+    assert a.pairs.equals(b.pairs)
+    assert not np.array_equal(a.signatures.values, other.signatures.values)
+
+
+def test_signatures_with_other_settings_are_refused():
+    c = corpus_of([(BOTTLE, BOTTLE_LAST)])
+    a, b, other = MinHashDetector(seed=1), MinHashDetector(seed=1), MinHashDetector(seed=2)
+    for det in (a, b, other):
+        det.prepare(c)
+    rows = np.array([0, 1])
+    assert a.signatures.jaccard(rows, b.signatures, rows).tolist() == [1.0, 1.0]
+    with pytest.raises(ConfigError, match=r"different settings \(seed 1 vs 2\)"):
+        a.signatures.jaccard(rows, other.signatures, rows)
+    char = MinHashDetector(shingle="char")
+    char.prepare(c)
+    with pytest.raises(ConfigError, match="shingle 'word' vs 'char'"):
+        a.signatures.jaccard(rows, char.signatures, rows)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"threshold": 1.5}, "minhash threshold must be in (0, 1], got 1.5"),
+        ({"threshold": 0}, "minhash threshold must be in (0, 1], got 0"),
+        ({"threshold": float("nan")}, "minhash threshold must be in (0, 1], got nan"),
+        ({"num_perm": 8}, "minhash num_perm must be an integer >= 16, got 8"),
+        ({"num_perm": 64.0}, "minhash num_perm must be an integer >= 16, got 64.0"),
+        ({"shingle": "token"}, "minhash shingle must be 'word' or 'char', got 'token'"),
+        ({"ngram": 0}, "minhash ngram must be an integer >= 1, got 0"),
+        ({"seed": -1}, "minhash seed must be an integer in [0, 2**32), got -1"),
+    ],
+)
+def test_settings_are_checked(kwargs, message):
+    with pytest.raises(ConfigError) as err:
+        MinHashDetector(**kwargs)
+    assert err.value.message == message
+
+
+def test_info_records_settings_and_results():
+    c = corpus_of([("q0", BOTTLE), ("q1", BOTTLE_LAST), ("q2", ROUTER)])
+    det = MinHashDetector(threshold=0.6, num_perm=64, shingle="char", ngram=4, seed=3)
+    det.prepare(c)
+    info = det.info()
+    assert {k: info[k] for k in ("threshold", "num_perm", "shingle", "ngram", "seed")} == {
+        "threshold": 0.6,
+        "num_perm": 64,
+        "shingle": "char",
+        "ngram": 4,
+        "seed": 3,
+    }
+    assert info["hash"] == mh.SHINGLE_HASH
+    assert info["near_duplicate_pairs"] == det.pairs.height == 1
+    assert info["skipped_buckets"] == 0
+
+
+def test_crowded_buckets_are_skipped_but_still_detected():
+    # Five copies of one description, each with a different last word, share most bands.
+    variants = [BOTTLE.rsplit(" ", 1)[0] + f" {w}" for w in ("hours", "hrs", "h", "days", "nights")]
+    c = corpus_of([(f"q{i}", v) for i, v in enumerate(variants)] + [("q9", ROUTER)])
+    det = MinHashDetector()
+    det.max_bucket = 3
+    det.prepare(c)
+    assert det.info()["skipped_buckets"] > 0
+    p = pairs(c, [0, 0, 0, 0, 0], [1, 2, 3, 4, 5])
+    hits = det.detect(p)
+    assert hits.mask.tolist() == [True, True, True, True, False]
+    reference = det.compare(p.cand_tid, c.positive[p.anchor_row])
+    assert np.array_equal(hits.score, reference)
+
+
+def test_twenty_thousand_texts_prepare_and_detect():
+    rng = np.random.default_rng(0)
+    vocab = np.array([f"w{i}" for i in range(5000)])
+    n = 10_000
+    lengths = rng.integers(10, 16, 2 * n)
+    texts = [" ".join(vocab[rng.integers(0, vocab.size, int(k))]) for k in lengths]
+    # Every 100th row's positive is the previous row's positive with its last word changed.
+    for i in range(100, n, 100):
+        texts[2 * i + 1] = texts[2 * i - 1].rsplit(" ", 1)[0] + " changed"
+    c = corpus_of([(texts[2 * i], texts[2 * i + 1]) for i in range(n)])
+    det = MinHashDetector()
+    det.prepare(c)
+    assert det.signatures.values.shape == (c.n_texts, 128)
+    anchor_rows = np.repeat(np.arange(n), 8)
+    cand_rows = (anchor_rows + np.tile(np.arange(1, 9), n)) % n
+    first = anchor_rows[::8]
+    cand_rows[::8] = np.where((first % 100 == 0) & (first > 0), first - 1, cand_rows[::8])
+    p = pairs(c, anchor_rows, cand_rows)
+    hits = det.detect(p)
+    planted = np.flatnonzero((anchor_rows % 100 == 0) & (cand_rows == anchor_rows - 1) & (anchor_rows > 0))
+    assert hits.mask[planted].all()  # 10+ words, last one changed: Jaccard >= 7/9
+    # The lookup agrees with comparing band keys and signatures pair by pair.
+    reference = np.maximum(
+        det.compare(p.cand_tid, c.anchor[p.anchor_row]), det.compare(p.cand_tid, c.positive[p.anchor_row])
+    )
+    assert np.array_equal(hits.score, reference)
+    # Nothing else: the planted pairs, seen from both rows.
+    planted_rows = {(i, i - 1) for i in range(100, n, 100)} | {(i - 1, i) for i in range(100, n, 100)}
+    found = set(zip(p.anchor_row[hits.mask].tolist(), p.cand_row[hits.mask].tolist(), strict=True))
+    assert found == planted_rows

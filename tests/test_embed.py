@@ -1,0 +1,94 @@
+"""The embedding store with the real default model: one load per session, on-disk cache, prompts."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from contrast_audit.config import EmbeddingConfig, NormaliseConfig
+from contrast_audit.corpus import build_corpus
+from contrast_audit.embed import EmbeddingCache, EmbeddingStore, text_keys
+
+
+def corpus_of(rows):
+    frame = pl.DataFrame(
+        {
+            "id": [str(i) for i in range(len(rows))],
+            "anchor": [r[0] for r in rows],
+            "positive": [r[1] for r in rows],
+            "negatives": [list(r[2:]) for r in rows],
+            "group": [None] * len(rows),
+        },
+        schema_overrides={"negatives": pl.List(pl.String)},
+    )
+    return build_corpus(frame, NormaliseConfig())
+
+
+ROWS = [
+    (
+        "reset a forgotten password",
+        "Use the Forgot password link on the sign-in page.",
+        "Change your password in Settings.",
+    ),
+    ("export invoices", "Billing → History has a PDF link for each invoice."),
+]
+
+
+def test_cache_roundtrip_and_rerun_embeds_nothing(tmp_path):
+    c = corpus_of(ROWS)
+    cfg = EmbeddingConfig(cache_dir=str(tmp_path))
+    first = EmbeddingStore(cfg)
+    first.prepare(c)
+    assert first.info()["embedded"] == c.n_texts and first.info()["cached"] == 0
+    second = EmbeddingStore(cfg)
+    second.prepare(c)
+    assert second.info()["embedded"] == 0 and second.info()["cached"] == c.n_texts
+    np.testing.assert_allclose(first.doc, second.doc, rtol=0, atol=0)
+    assert np.allclose(np.linalg.norm(first.doc, axis=1), 1.0, atol=1e-5)
+    # One more text: only it is embedded.
+    third = EmbeddingStore(cfg)
+    third.prepare(corpus_of([*ROWS, ("new query", "new document")]))
+    assert third.info()["embedded"] == 2
+
+
+def test_prompts_are_part_of_the_key(tmp_path):
+    c = corpus_of(ROWS)
+    plain = EmbeddingStore(EmbeddingConfig(cache_dir=str(tmp_path)))
+    plain.prepare(c)
+    prompted = EmbeddingStore(EmbeddingConfig(cache_dir=str(tmp_path), query_prompt="query: ", doc_prompt="passage: "))
+    prompted.prepare(c)
+    assert prompted.info()["cached"] == 0
+    assert prompted.query is not prompted.doc
+    anchor = c.anchor[0]
+    assert not np.allclose(plain.query[anchor], prompted.query[anchor])
+    assert text_keys(["x"], "query: ")[0] != text_keys(["x"], "")[0]
+
+
+def test_no_cache_writes_nothing(tmp_path):
+    store = EmbeddingStore(EmbeddingConfig(cache_dir=str(tmp_path), use_cache=False))
+    store.prepare(corpus_of(ROWS))
+    assert not any(tmp_path.rglob("*.npz"))
+
+
+def test_damaged_shard_is_ignored(tmp_path):
+    cache = EmbeddingCache(tmp_path, "f" * 64, "")
+    cache.dir.mkdir(parents=True)
+    (cache.dir / "shard-broken.npz").write_bytes(b"not a zip")
+    found, vectors = cache.lookup(text_keys(["a"], ""), None)
+    assert not found.any() and vectors is None
+
+
+@pytest.mark.parametrize("device", ["cpu"])
+def test_paraphrase_scores_above_unrelated(tmp_path, device):
+    c = corpus_of(
+        [
+            ("How do I reset my password?", "Recover access when you cannot remember your password"),
+            ("x", "Export monthly billing invoices"),
+        ]
+    )
+    store = EmbeddingStore(EmbeddingConfig(cache_dir=str(tmp_path), device=device))
+    store.prepare(c)
+    a, p, other = c.anchor[0], c.positive[0], c.positive[1]
+    sims = store.cosine(store.query, store.doc, np.array([a, a]), np.array([p, other]))
+    assert sims[0] > sims[1]
