@@ -169,12 +169,19 @@ MaxHops = Annotated[
         "Longest chain of positive pairs that links two texts; 0 turns linked evidence off.  [default: 2]", "Evidence"
     ),
 ]
+NumberGuardOpt = Annotated[
+    int | None,
+    _opt(
+        "Short texts (at most N words) whose numbers differ are never near-duplicates; 0 turns this off.  [default: 50]",
+        "Evidence",
+    ),
+]
 MinHashOn = Annotated[
     bool | None, _opt("MinHash near-duplicate evidence.  [default: on]", "Evidence", "--minhash/--no-minhash")
 ]
 MinHashThreshold = Annotated[
     float | None,
-    _opt("Verified Jaccard similarity at which two texts are near-duplicates.  [default: 0.5]", "Evidence"),
+    _opt("Verified Jaccard similarity at which two texts are near-duplicates.  [default: 0.7]", "Evidence"),
 ]
 NumPerm = Annotated[int | None, _opt("MinHash permutations.  [default: 128]", "Evidence")]
 Shingle = Annotated[str | None, _opt("MinHash shingles: word or char n-grams.  [default: word]", "Evidence")]
@@ -202,21 +209,25 @@ UseCache = Annotated[
 ]
 PositiveThreshold = Annotated[
     float | None,
-    _opt("Cosine to the anchor's positive at which a candidate is a near-duplicate.  [default: 0.85]", "Embeddings"),
+    _opt("Cosine to the anchor's positive at which a candidate is a near-duplicate.  [default: 0.9]", "Embeddings"),
 ]
 AnchorThreshold = Annotated[
     float | None,
     _opt("Cosine between two anchors at which each row's positive answers the other.  [default: 0.9]", "Embeddings"),
 ]
 MarginOn = Annotated[
-    bool | None, _opt("Margin evidence (suspect): a candidate scoring within the margin of the positive.  [default: off]", "Embeddings", "--margin/--no-margin")
+    bool | None,
+    _opt("Also report margin-only findings (suspect).  [default: off]", "Embeddings", "--margin/--no-margin"),
 ]
 AbsoluteMargin = Annotated[
-    float | None, _opt("Margin evidence: sim(a, c) > sim(a, p) - margin.  [default: 0.0]", "Embeddings")
+    float | None, _opt("Margin rule sim(a, c) > sim(a, p) - margin; replaces --relative-margin.", "Embeddings")
+]
+MarginSupport = Annotated[
+    float | None, _opt("Cosine to the positive that makes a margin finding likely.  [default: 0.55]", "Embeddings")
 ]
 RelativeMargin = Annotated[
     float | None,
-    _opt("Margin evidence: sim(a, c) > sim(a, p) * (1 - margin); replaces --absolute-margin.", "Embeddings"),
+    _opt("Margin rule sim(a, c) > sim(a, p) * (1 - margin).  [default: 0.1]", "Embeddings"),
 ]
 OnBad = Annotated[
     OnBadRow | None,
@@ -276,6 +287,7 @@ def scan(
     plan: PlanFile = None,
     directions: Directions = None,
     max_hops: MaxHops = None,
+    number_guard: NumberGuardOpt = None,
     minhash: MinHashOn = None,
     minhash_threshold: MinHashThreshold = None,
     num_perm: NumPerm = None,
@@ -292,6 +304,7 @@ def scan(
     positive_threshold: PositiveThreshold = None,
     anchor_threshold: AnchorThreshold = None,
     margin: MarginOn = None,
+    margin_support: MarginSupport = None,
     absolute_margin: AbsoluteMargin = None,
     relative_margin: RelativeMargin = None,
     on_bad_row: OnBad = None,
@@ -365,6 +378,7 @@ def negatives(
     plan: PlanFile = None,
     directions: Directions = None,
     max_hops: MaxHops = None,
+    number_guard: NumberGuardOpt = None,
     minhash: MinHashOn = None,
     minhash_threshold: MinHashThreshold = None,
     num_perm: NumPerm = None,
@@ -380,6 +394,7 @@ def negatives(
     positive_threshold: PositiveThreshold = None,
     anchor_threshold: AnchorThreshold = None,
     margin: MarginOn = None,
+    margin_support: MarginSupport = None,
     absolute_margin: AbsoluteMargin = None,
     relative_margin: RelativeMargin = None,
     on_bad_row: OnBad = None,

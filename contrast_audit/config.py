@@ -87,11 +87,23 @@ class PlanConfig:
 
 
 @dataclass(frozen=True)
+class PolicyConfig:
+    """How semantic evidence is guarded: short texts (at most ``number_guard_words`` words) whose
+    numbers differ are never MinHash or embedding near-duplicates; 0 turns the guard off."""
+
+    number_guard_words: int = 50
+
+    def __post_init__(self) -> None:
+        if self.number_guard_words < 0:
+            raise ConfigError(f"number-guard must be >= 0 words (0 turns it off), got {self.number_guard_words}")
+
+
+@dataclass(frozen=True)
 class MinHashConfig:
     """The ``minhash`` detector: verified Jaccard similarity of shingle sets (datasketch LSH)."""
 
     enabled: bool = True
-    threshold: float = 0.5
+    threshold: float = 0.7
     num_perm: int = 128
     shingle: str = "word"
     ngram: int = 3
@@ -109,9 +121,10 @@ class EmbeddingConfig:
     ``positive_threshold``: cosine between a candidate and the anchor row's positive (or, for a
     query candidate, the anchor) at which the candidate is a near-duplicate: ``likely``.
     ``anchor_threshold``: cosine between two rows' anchors at which one row's positive answers the
-    other's anchor: ``likely``. ``absolute_margin`` / ``relative_margin``: the candidate scores
-    against the anchor within the margin of the anchor's own positive (GISTEmbedLoss /
-    mine_hard_negatives vocabulary): ``suspect``; ``margin = false`` turns margin evidence off.
+    other's anchor: ``likely``. The margin rule, ``sim(a, c) > sim(a, p) * (1 - relative_margin)``
+    or ``sim(a, c) > sim(a, p) - absolute_margin`` (GISTEmbedLoss / mine_hard_negatives vocabulary),
+    is ``likely`` when the candidate is also within ``margin_support`` cosine of the positive, and
+    ``suspect`` alone; ``margin = true`` reports those suspects too.
     """
 
     enabled: bool = True
@@ -122,14 +135,15 @@ class EmbeddingConfig:
     batch_size: int = 64
     cache_dir: str | None = None
     use_cache: bool = True
-    positive_threshold: float = 0.85
+    positive_threshold: float = 0.9
     anchor_threshold: float = 0.9
     margin: bool = False
-    absolute_margin: float | None = 0.0
-    relative_margin: float | None = None
+    margin_support: float = 0.55
+    absolute_margin: float | None = None
+    relative_margin: float | None = 0.1
 
     def __post_init__(self) -> None:
-        for name in ("positive_threshold", "anchor_threshold"):
+        for name in ("positive_threshold", "anchor_threshold", "margin_support"):
             value = getattr(self, name)
             if not -1.0 <= value <= 1.0:
                 raise ConfigError(f"{name.replace('_', '-')} is a cosine similarity in [-1, 1], got {value}")
@@ -167,6 +181,7 @@ class AuditConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     minhash: MinHashConfig = field(default_factory=MinHashConfig)
     embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
     on_bad_row: str = "error"
 
     def __post_init__(self) -> None:
@@ -206,6 +221,7 @@ _FILE_KEYS: dict[str, tuple[str | None, str]] = {
     "on_bad_row": (None, "on_bad_row"),
     "fail_on": (None, "fail_on"),
     "format": (None, "format"),
+    "number_guard": ("policy", "number_guard_words"),
     "minhash": ("minhash", "enabled"),
     "minhash_threshold": ("minhash", "threshold"),
     "num_perm": ("minhash", "num_perm"),
@@ -223,6 +239,7 @@ _FILE_KEYS: dict[str, tuple[str | None, str]] = {
     "positive_threshold": ("embedding", "positive_threshold"),
     "anchor_threshold": ("embedding", "anchor_threshold"),
     "margin": ("embedding", "margin"),
+    "margin_support": ("embedding", "margin_support"),
     "absolute_margin": ("embedding", "absolute_margin"),
     "relative_margin": ("embedding", "relative_margin"),
 }
@@ -283,13 +300,13 @@ def build_config(settings: dict[str, Any]) -> AuditConfig:
             value = None
         sections.setdefault(section, {})[attr] = value
     emb = sections.get("embedding", {})
-    if "relative_margin" in emb and "absolute_margin" not in emb:
-        emb["absolute_margin"] = None  # the relative form replaces the default absolute one
+    if "absolute_margin" in emb and "relative_margin" not in emb:
+        emb["relative_margin"] = None  # the absolute form replaces the default relative one
     base = AuditConfig()
     try:
         parts = {
             name: replace(getattr(base, name), **sections.get(name, {}))
-            for name in ("mapping", "normalise", "link", "plan", "loss", "minhash", "embedding")
+            for name in ("mapping", "normalise", "link", "plan", "loss", "minhash", "embedding", "policy")
         }
         return AuditConfig(**parts, on_bad_row=sections.get(None, {}).get("on_bad_row", "error"))
     except TypeError as exc:

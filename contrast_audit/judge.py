@@ -245,4 +245,8 @@ def mislabelled_negatives(corpus: Corpus, detectors: Sequence[Detector]) -> pl.D
         hits,
         found,
     )
-    return frame.with_columns(_severity_name()).select(empty.columns).sort(["anchor_row", "cand_role"])
+    return (
+        frame.with_columns(_severity_name())
+        .select(empty.columns)
+        .sort(["severity_rank", "anchor_row", "cand_role"], descending=[True, False, False])
+    )

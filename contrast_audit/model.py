@@ -119,6 +119,10 @@ def load(source: ModelSource, device: str | None = None):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as hf_logging
+
+    # The library's own weight-loading bars would interleave with ours on stderr.
+    hf_logging.disable_progress_bar()
 
     try:
         return SentenceTransformer(source.path, device=device, trust_remote_code=False, local_files_only=True)

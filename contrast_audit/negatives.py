@@ -22,8 +22,9 @@ from contrast_audit.report.common import clip, evidence_text
 
 def _store(result: AuditResult):
     for detector in result.detectors:
-        if hasattr(detector, "store"):
-            return detector.store
+        store = getattr(detector, "store", None)
+        if store is not None:
+            return store
     raise ConfigError("listing alleged negatives needs embeddings", fix="drop --no-embeddings")
 
 

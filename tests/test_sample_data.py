@@ -50,33 +50,62 @@ def test_each_planted_pair_is_found_with_its_evidence(one_batch, truth):
 def test_mislabelled_negatives_are_reported_apart(one_batch, truth):
     _, report = one_batch
     case = next(c for c in truth["cases"] if c["kind"] == "mislabelled")
-    assert sorted(m["row_id"] for m in report["mislabelled_negatives"]) == sorted(case["rows"])
-    assert all(m["severity"] == "certain" for m in report["mislabelled_negatives"])
+    planted = {m["row_id"]: m for m in report["mislabelled_negatives"] if m["row_id"] in case["rows"]}
+    assert sorted(planted) == sorted(case["rows"])
+    assert all(m["severity"] == "certain" for m in planted.values())
+    # Clean rows' curated hard negatives are flagged, if at all, only by the margin rule.
+    others = [m for m in report["mislabelled_negatives"] if m["row_id"] not in case["rows"]]
+    assert all({e["kind"] for e in m["evidence"]} == {"margin"} for m in others)
     # A row's own hard negative is never an in-batch finding.
     assert not [f for f in report["findings"] if f["anchor_id"] == f["candidate_id"]]
 
 
-def test_nothing_is_raised_on_clean_rows(one_batch, truth):
+def _touches_clean(finding: dict, prefix: str) -> bool:
+    return finding["anchor_id"].startswith(prefix) or finding["candidate_id"].startswith(prefix)
+
+
+def test_no_duplicate_evidence_on_clean_rows(one_batch, truth):
+    """No clean row is called a duplicate, paraphrase or linked text of anything."""
     _, report = one_batch
+    touching = [f for f in report["findings"] if _touches_clean(f, truth["clean_prefix"])]
+    assert not [f for f in touching if {e["kind"] for e in f["evidence"]} != {"margin"}]
+    assert all(f["severity"] != "certain" for f in touching)
+
+
+def test_margin_findings_on_clean_rows_are_rare(one_batch, truth):
+    """The margin rule (candidate scores within 10% of the positive and is near it) flags some
+    near-intent pairs among the clean rows; they stay under 1 in 5,000 comparisons."""
+    result, report = one_batch
     prefix = truth["clean_prefix"]
-    touching = [
-        f for f in report["findings"] if f["anchor_id"].startswith(prefix) or f["candidate_id"].startswith(prefix)
-    ]
-    assert touching == []
-    assert not [m for m in report["mislabelled_negatives"] if m["row_id"].startswith(prefix)]
+    ids = result.corpus.rows.get_column("id")
+    clean = ids.str.starts_with(prefix).to_numpy()
+    compared = int(result.judgement.candidates_per_row[clean].sum())
+    touching = [f for f in report["findings"] if _touches_clean(f, prefix)]
+    assert compared > 100_000
+    assert len(touching) / compared < 1 / 5000
 
 
-def test_every_finding_is_a_planted_pair(one_batch, truth):
-    """Precision on the sample: each reported in-batch pair is one the truth file plants (or a
-    consequence of two planted mechanisms sharing rows, which the truth lists too)."""
+def test_every_lexical_finding_is_a_planted_pair(one_batch, truth):
+    """Precision of the certain evidence on the sample: each such pair is one the truth file plants."""
     _, report = one_batch
     planted = {tuple(p) for c in truth["cases"] for p in c.get("pairs", [])}
     unexpected = [
         (f["anchor_id"], f["candidate_id"], f["candidate_role"])
         for f in report["findings"]
-        if (f["anchor_id"], f["candidate_id"]) not in planted
+        if f["severity"] == "certain" and (f["anchor_id"], f["candidate_id"]) not in planted
     ]
     assert unexpected == []
+
+
+def test_paraphrased_documents_are_found_by_semantic_evidence(one_batch, truth):
+    _, report = one_batch
+    found = {(f["anchor_id"], f["candidate_id"]): f for f in report["findings"]}
+    pairs = [tuple(p) for c in truth["cases"] if c["kind"] == "semantic" for p in c["pairs"]]
+    hits = [found[p] for p in pairs if p in found]
+    assert len(pairs) == 8
+    assert len(hits) >= 6
+    semantic = {"minhash", "embedding", "anchor-embedding", "margin"}
+    assert all(f["severity"] == "likely" and {e["kind"] for e in f["evidence"]} <= semantic for f in hits)
 
 
 def test_breakdown_by_source_and_cohort_adds_up(one_batch):

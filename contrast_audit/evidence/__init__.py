@@ -37,24 +37,29 @@ def default_detectors(
     ]
     if cfg.link.max_hops > 0:
         detectors.append(LinkedDetector(cfg.link.max_hops))
+    semantic: list[Detector] = []
     if cfg.minhash.enabled:
         from contrast_audit.evidence.minhash import MinHashDetector
 
         m = cfg.minhash
-        detectors.append(MinHashDetector(m.threshold, m.num_perm, m.shingle, m.ngram, m.seed))
+        semantic.append(MinHashDetector(m.threshold, m.num_perm, m.shingle, m.ngram, m.seed))
     if cfg.embedding.enabled:
         from contrast_audit.embed import EmbeddingStore
         from contrast_audit.evidence.embedding import AnchorEmbeddingDetector, EmbeddingDetector, MarginDetector
 
         e = cfg.embedding
         store = EmbeddingStore(e, progress)
-        detectors += [
+        semantic += [
             EmbeddingDetector(store, e.positive_threshold),
             AnchorEmbeddingDetector(store, e.anchor_threshold),
+            MarginDetector(store, e.absolute_margin, e.relative_margin, e.margin_support, e.margin),
         ]
-        if e.margin:
-            detectors.append(MarginDetector(store, e.absolute_margin, e.relative_margin))
-    return detectors
+    if cfg.policy.number_guard_words > 0:
+        from contrast_audit.evidence.numbers import NumberGuard, NumberGuarded
+
+        guard = NumberGuard(cfg.policy.number_guard_words)
+        semantic = [NumberGuarded(d, guard) for d in semantic]
+    return detectors + semantic
 
 
 __all__ = [

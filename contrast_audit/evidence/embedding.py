@@ -20,7 +20,7 @@ import numpy as np
 
 from contrast_audit.corpus import POSITIVE_ROLE, Corpus
 from contrast_audit.embed import EmbeddingStore
-from contrast_audit.evidence.base import LIKELY, SUSPECT, Hits, Pairs, constant_hits
+from contrast_audit.evidence.base import LIKELY, SUSPECT, Hits, Pairs
 
 
 def _candidate_space(store: EmbeddingStore, pairs: Pairs) -> tuple[np.ndarray, bool]:
@@ -96,35 +96,64 @@ class AnchorEmbeddingDetector:
 
 class MarginDetector:
     name = "margin"
-    description = "candidate scores against the anchor within the margin of the anchor's own positive"
+    description = (
+        "candidate scores against the anchor within the margin of the anchor's own positive: likely when it is "
+        "also close to the positive, suspect alone"
+    )
 
-    def __init__(self, store: EmbeddingStore, absolute_margin: float | None, relative_margin: float | None) -> None:
+    def __init__(
+        self,
+        store: EmbeddingStore,
+        absolute_margin: float | None,
+        relative_margin: float | None,
+        support: float,
+        report_suspects: bool,
+    ) -> None:
         self.store = store
         self.absolute_margin = absolute_margin
         self.relative_margin = relative_margin
+        self.support = support
+        self.report_suspects = report_suspects
 
     def prepare(self, corpus: Corpus) -> None:
         self.corpus = corpus
         self.store.prepare(corpus)
 
     def detect(self, pairs: Pairs) -> Hits:
-        cand, pos = pair_scores(self.store, self.corpus, pairs)
-        same = (pairs.cand_tid == self.corpus.anchor[pairs.anchor_row]) | (
-            pairs.cand_tid == self.corpus.positive[pairs.anchor_row]
-        )
+        c, s = self.corpus, self.store
+        cand, pos = pair_scores(s, c, pairs)
+        same = (pairs.cand_tid == c.anchor[pairs.anchor_row]) | (pairs.cand_tid == c.positive[pairs.anchor_row])
         if self.relative_margin is not None:
             threshold = 1.0 - self.relative_margin
             score = np.divide(cand, pos, out=np.zeros_like(cand), where=pos > 0).astype(np.float64)
-            mask = (pos > 0) & (score > threshold)
-        elif self.absolute_margin is not None:
-            threshold = -self.absolute_margin
-            score = (cand - pos).astype(np.float64)
-            mask = score > threshold
+            mask = (pos > 0) & (score > threshold) & ~same
         else:
-            return constant_hits(self.name, np.zeros(len(pairs), dtype=bool), 0.0, SUSPECT, 0.0)
-        return Hits(self.name, mask & ~same, score, threshold, np.full(len(pairs), SUSPECT, dtype=np.int8))
+            threshold = -float(self.absolute_margin or 0.0)
+            score = (cand - pos).astype(np.float64)
+            mask = (score > threshold) & ~same
+        # Corroboration: the candidate is also near what the anchor is trained towards.
+        space, query_candidates = _candidate_space(s, pairs)
+        target = c.anchor[pairs.anchor_row] if query_candidates else c.positive[pairs.anchor_row]
+        supported = np.zeros(len(pairs), dtype=bool)
+        idx = np.flatnonzero(mask)
+        supported[idx] = s.cosine(space, space, target[idx], pairs.cand_tid[idx]) >= self.support
+        severity = np.where(supported, LIKELY, SUSPECT).astype(np.int8)
+        if not self.report_suspects:
+            mask &= supported
+        return Hits(self.name, mask, score, threshold, severity)
 
     def info(self) -> dict[str, Any]:
-        if self.relative_margin is not None:
-            return {"relative_margin": self.relative_margin, "rule": "sim(a, c) > sim(a, p) * (1 - relative_margin)"}
-        return {"absolute_margin": self.absolute_margin, "rule": "sim(a, c) > sim(a, p) - absolute_margin"}
+        rule = (
+            f"sim(a, c) > sim(a, p) * (1 - {self.relative_margin})"
+            if self.relative_margin is not None
+            else f"sim(a, c) > sim(a, p) - {self.absolute_margin}"
+        )
+        return {
+            "rule": rule,
+            "relative_margin": self.relative_margin,
+            "absolute_margin": self.absolute_margin,
+            "support": self.support,
+            "likely_when": f"rule holds and cosine(candidate, positive) >= {self.support}",
+            "suspect_when": "rule holds alone"
+            + ("" if self.report_suspects else " (not reported; --margin reports them)"),
+        }

@@ -97,28 +97,75 @@ def test_margin_absolute_and_relative_rules():
     c = corpus_of(ROWS)
     store = FixedStore(VECTORS)
     pairs = q2d_pairs(c, [0, 0, 0], [1, 2, 3])
-    s = store
-    s.prepare(c)
-    unit = s.query
+    store.prepare(c)
+    unit = store.query
     sim = lambda a, b: float(unit[c.anchor[a]] @ unit[c.positive[b]])  # noqa: E731
     gap = [sim(0, j) - sim(0, 0) for j in (1, 2, 3)]
-    absolute = prepared(MarginDetector(store, 0.0, None), c).detect(pairs)
+    absolute = prepared(MarginDetector(store, 0.0, None, support=-1.0, report_suspects=True), c).detect(pairs)
     assert absolute.mask.tolist() == [g > 0 for g in gap]
-    loose = prepared(MarginDetector(store, 0.1, None), c).detect(pairs)
+    loose = prepared(MarginDetector(store, 0.1, None, support=-1.0, report_suspects=True), c).detect(pairs)
     assert loose.mask.tolist() == [g > -0.1 for g in gap]
-    relative = prepared(MarginDetector(store, None, 0.05), c).detect(pairs)
-    assert relative.mask.tolist() == [sim(0, j) > 0.95 * sim(0, 0) for j in (1, 2, 3)]
-    assert (absolute.severity == SUSPECT).all()
+    relative = prepared(MarginDetector(store, None, 0.2, support=-1.0, report_suspects=True), c).detect(pairs)
+    assert relative.mask.tolist() == [sim(0, j) > 0.8 * sim(0, 0) for j in (1, 2, 3)]
+    assert relative.threshold == pytest.approx(0.8)
+
+
+def test_margin_is_likely_only_when_the_candidate_is_near_the_positive():
+    c = corpus_of(ROWS)
+    store = FixedStore(VECTORS)
+    pairs = q2d_pairs(c, [0, 0], [1, 3])  # d1 is near d0; d3 scores against q0 but is far from d0
+    store.prepare(c)
+    d0, d1, d3 = (store.doc[c.positive[i]] for i in (0, 1, 3))
+    support = (float(d0 @ d1) + float(d0 @ d3)) / 2  # between the two candidates' similarity to d0
+    det = prepared(MarginDetector(store, None, 0.5, support=support, report_suspects=True), c)
+    hits = det.detect(pairs)
+    assert hits.mask.tolist() == [True, True]
+    assert hits.severity.tolist() == [LIKELY, SUSPECT]
+    quiet = prepared(MarginDetector(store, None, 0.5, support=support, report_suspects=False), c).detect(pairs)
+    assert quiet.mask.tolist() == [True, False]
 
 
 def test_policy_wires_detectors_from_config():
-    names = [d.name for d in default_detectors(build_config({}))]
-    assert names == ["exact", "same-anchor", "declared", "linked", "minhash", "embedding", "anchor-embedding"]
-    with_margin = [d.name for d in default_detectors(build_config({"minhash": False, "margin": True}))]
-    assert with_margin == ["exact", "same-anchor", "declared", "linked", "embedding", "anchor-embedding", "margin"]
+    detectors = default_detectors(build_config({}))
+    names = [d.name for d in detectors]
+    assert names == ["exact", "same-anchor", "declared", "linked", "minhash", "embedding", "anchor-embedding", "margin"]
+    margin = detectors[-1].inner  # semantic detectors sit behind the number guard
+    assert detectors[-1].info()["number_guard_words"] == 50
+    assert (margin.relative_margin, margin.absolute_margin, margin.support, margin.report_suspects) == (
+        0.1,
+        None,
+        0.55,
+        False,
+    )
+    absolute = default_detectors(
+        build_config({"minhash": False, "absolute_margin": 0.05, "margin": True, "number_guard": 0})
+    )[-1]
+    assert (absolute.relative_margin, absolute.absolute_margin, absolute.report_suspects) == (None, 0.05, True)
     off = [d.name for d in default_detectors(build_config({"minhash": False, "embeddings": False}))]
     assert off == ["exact", "same-anchor", "declared", "linked"]
     with pytest.raises(ConfigError):
         build_config({"absolute_margin": 0.1, "relative_margin": 0.05})
     with pytest.raises(ConfigError):
         build_config({"positive_threshold": 1.5})
+
+
+def test_number_guard_vetoes_short_texts_that_disagree_on_numbers():
+    from contrast_audit.evidence.numbers import NumberGuard, NumberGuarded
+
+    rows = [
+        ("cable", "Acme USB-C cable, 2 m, braided"),
+        ("other cable", "Acme USB-C cable, 1 m, braided"),
+        ("same cable", "Acme braided USB-C cable 2 m"),
+    ]
+    c = corpus_of(rows)
+    vectors = {t: [1.0, 0.01 * i, 0, 0] for i, t in enumerate(c.texts.get_column("text").to_list())}
+    guarded = NumberGuarded(EmbeddingDetector(FixedStore(vectors), 0.9), NumberGuard(50))
+    guarded.prepare(c)
+    hits = guarded.detect(q2d_pairs(c, [0, 0], [1, 2]))
+    assert hits.mask.tolist() == [False, True]
+    off = NumberGuarded(EmbeddingDetector(FixedStore(vectors), 0.9), NumberGuard(0))
+    off.prepare(c)
+    assert off.detect(q2d_pairs(c, [0, 0], [1, 2])).mask.tolist() == [True, True]
+    long = NumberGuard(3)  # both texts longer than 3 words: passages are never vetoed
+    long.prepare(c)
+    assert not long.disagree(c.positive[[0]], c.positive[[1]]).any()

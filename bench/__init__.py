@@ -1,0 +1,1 @@
+"""Benchmarks and evaluation harnesses (not shipped with the package)."""
