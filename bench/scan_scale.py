@@ -1,10 +1,12 @@
 """Scan throughput on synthetic pair files of growing size.
 
-    .venv/bin/python bench/scan_scale.py --rows 100000 1000000 --batch-size 64
+    .venv/bin/python bench/scan_scale.py --rows 100000 1000000 --batch-size 64 --scan-args=--no-embeddings
+    .venv/bin/python bench/scan_scale.py --rows 20000 --batch-size 64 --scan-args=--no-cache
 
 Writes a JSONL file per size into a temporary directory (rows with 1 hard negative; 2% of rows
 share an anchor with another row, 1% repeat another row's positive) and times the whole CLI scan
-(`--format json --output`, so the JSON report is included). Prints a markdown table.
+(`--format json --output`, so the JSON report is included), with any extra scan flags. Prints a
+markdown table.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -48,10 +51,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[100_000])
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--scan-args", default="", help="extra scan flags, e.g. '--no-embeddings'")
     args = parser.parse_args()
     exe = Path(sys.executable).with_name("contrast-audit")
-    print("| rows | batch size | candidates | findings | wall time (s) | peak RSS (MiB) |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print(f"scan flags: {args.scan_args or '(defaults)'}")
+    print("| rows | distinct texts | batch size | candidates | findings | wall time (s) | peak RSS (MiB) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.rows:
             data = Path(tmp) / f"pairs_{n}.jsonl"
@@ -68,6 +73,7 @@ def main() -> None:
                 "--output",
                 str(out),
                 "-q",
+                *shlex.split(args.scan_args),
             ]
             start = time.perf_counter()
             proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -77,7 +83,8 @@ def main() -> None:
             usage = resource.getrusage(resource.RUSAGE_CHILDREN)
             counts = json.loads(out.read_text())["counts"]
             print(
-                f"| {n:,} | {args.batch_size} | {counts['candidates']:,} | {counts['findings']:,} | {wall:.1f} | {usage.ru_maxrss / 1024:.0f} |",
+                f"| {n:,} | {counts['texts']:,} | {args.batch_size} | {counts['candidates']:,} | {counts['findings']:,} "
+                f"| {wall:.1f} | {usage.ru_maxrss / 1024:.0f} |",
                 flush=True,
             )
 
