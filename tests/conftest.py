@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # tests/support.py
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:

@@ -3,27 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-import polars as pl
 import pytest
+from support import corpus_of
 
-from contrast_audit.config import EmbeddingConfig, NormaliseConfig
-from contrast_audit.corpus import build_corpus
+from contrast_audit.config import EmbeddingConfig
 from contrast_audit.embed import EmbeddingCache, EmbeddingStore, text_keys
-
-
-def corpus_of(rows):
-    frame = pl.DataFrame(
-        {
-            "id": [str(i) for i in range(len(rows))],
-            "anchor": [r[0] for r in rows],
-            "positive": [r[1] for r in rows],
-            "negatives": [list(r[2:]) for r in rows],
-            "group": [None] * len(rows),
-        },
-        schema_overrides={"negatives": pl.List(pl.String)},
-    )
-    return build_corpus(frame, NormaliseConfig())
-
 
 ROWS = [
     (

@@ -3,27 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-import polars as pl
+from support import corpus_of
 
-from contrast_audit.config import NormaliseConfig
-from contrast_audit.corpus import build_corpus
 from contrast_audit.evidence.exact import ExactDetector
 from contrast_audit.judge import judge
 from contrast_audit.plan import Plan
-
-
-def corpus_of(rows: list[tuple]):
-    frame = pl.DataFrame(
-        {
-            "id": [f"r{i}" for i in range(len(rows))],
-            "anchor": [r[0] for r in rows],
-            "positive": [r[1] for r in rows],
-            "negatives": [list(r[2:]) for r in rows],
-            "group": [None] * len(rows),
-        },
-        schema_overrides={"negatives": pl.List(pl.String)},
-    )
-    return build_corpus(frame, NormaliseConfig())
 
 
 def run(corpus, batches, directions, world_size=1):

@@ -42,9 +42,8 @@ def pair_scores(store: EmbeddingStore, corpus: Corpus, pairs: Pairs) -> tuple[np
     return store.cosine(side_space, space, side, pairs.cand_tid), store.cosine(side_space, target_space, side, target)
 
 
-class EmbeddingDetector:
-    name = "embedding"
-    description = "candidate is a near-duplicate, by embedding cosine, of the anchor row's positive (or anchor)"
+class _CosineDetector:
+    """A detector reading one shared ``EmbeddingStore`` with one cosine threshold."""
 
     def __init__(self, store: EmbeddingStore, threshold: float) -> None:
         self.store = store
@@ -53,6 +52,11 @@ class EmbeddingDetector:
     def prepare(self, corpus: Corpus) -> None:
         self.corpus = corpus
         self.store.prepare(corpus)
+
+
+class EmbeddingDetector(_CosineDetector):
+    name = "embedding"
+    description = "candidate is a near-duplicate, by embedding cosine, of the anchor row's positive (or anchor)"
 
     def detect(self, pairs: Pairs) -> Hits:
         c, s = self.corpus, self.store
@@ -68,17 +72,9 @@ class EmbeddingDetector:
         return {"threshold": self.threshold, **self.store.info()}
 
 
-class AnchorEmbeddingDetector:
+class AnchorEmbeddingDetector(_CosineDetector):
     name = "anchor-embedding"
     description = "candidate is the positive of a row whose anchor paraphrases this anchor (embedding cosine)"
-
-    def __init__(self, store: EmbeddingStore, threshold: float) -> None:
-        self.store = store
-        self.threshold = threshold
-
-    def prepare(self, corpus: Corpus) -> None:
-        self.corpus = corpus
-        self.store.prepare(corpus)
 
     def detect(self, pairs: Pairs) -> Hits:
         c, s = self.corpus, self.store

@@ -3,29 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
-import polars as pl
+from support import corpus_of
 
-from contrast_audit.config import NormaliseConfig
-from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, build_corpus
+from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE
 from contrast_audit.evidence import CERTAIN, LIKELY, Pairs
 from contrast_audit.evidence.declared import DeclaredDetector
 from contrast_audit.evidence.exact import ExactDetector
 from contrast_audit.evidence.linked import LinkedDetector
 from contrast_audit.evidence.same_anchor import SameAnchorDetector
-
-
-def corpus_of(rows: list[tuple], groups: list[str | None] | None = None):
-    frame = pl.DataFrame(
-        {
-            "id": [str(i) for i in range(len(rows))],
-            "anchor": [r[0] for r in rows],
-            "positive": [r[1] for r in rows],
-            "negatives": [list(r[2:]) for r in rows],
-            "group": groups or [None] * len(rows),
-        },
-        schema_overrides={"negatives": pl.List(pl.String)},
-    )
-    return build_corpus(frame, NormaliseConfig())
 
 
 def pairs(corpus, anchor_rows, cand_rows, roles=None, direction="query_to_doc"):

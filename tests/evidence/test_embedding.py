@@ -4,11 +4,11 @@ policy that maps them to severities."""
 from __future__ import annotations
 
 import numpy as np
-import polars as pl
 import pytest
+from support import corpus_of
 
-from contrast_audit.config import EmbeddingConfig, NormaliseConfig, build_config
-from contrast_audit.corpus import POSITIVE_ROLE, build_corpus
+from contrast_audit.config import EmbeddingConfig, build_config
+from contrast_audit.corpus import POSITIVE_ROLE
 from contrast_audit.embed import EmbeddingStore
 from contrast_audit.errors import ConfigError
 from contrast_audit.evidence import LIKELY, SUSPECT, Pairs, default_detectors
@@ -27,20 +27,6 @@ class FixedStore(EmbeddingStore):
         mat = np.array([self.vectors[t] for t in texts], dtype=np.float32)
         mat /= np.linalg.norm(mat, axis=1, keepdims=True)
         self.query = self.doc = mat
-
-
-def corpus_of(rows):
-    frame = pl.DataFrame(
-        {
-            "id": [str(i) for i in range(len(rows))],
-            "anchor": [r[0] for r in rows],
-            "positive": [r[1] for r in rows],
-            "negatives": [[] for _ in rows],
-            "group": [None] * len(rows),
-        },
-        schema_overrides={"negatives": pl.List(pl.String)},
-    )
-    return build_corpus(frame, NormaliseConfig())
 
 
 VECTORS = {

@@ -7,9 +7,10 @@ import numpy as np
 import polars as pl
 import pytest
 from datasketch.lsh import _optimal_param
+from support import corpus_of
 
 from contrast_audit.config import NormaliseConfig
-from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, build_corpus
+from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE
 from contrast_audit.errors import ConfigError
 from contrast_audit.evidence import LIKELY, Pairs
 from contrast_audit.evidence import minhash as mh
@@ -19,20 +20,6 @@ BOTTLE = "insulated stainless steel water bottle keeps drinks cold for twenty fo
 BOTTLE_LAST = "insulated stainless steel water bottle keeps drinks cold for twenty four hrs"
 BOTTLE_MIDDLE = "insulated stainless steel water bottle keeps drinks cool for twenty four hours"
 ROUTER = "how do i reset my router password after a firmware update"
-
-
-def corpus_of(rows: list[tuple], cfg: NormaliseConfig | None = None):
-    frame = pl.DataFrame(
-        {
-            "id": [str(i) for i in range(len(rows))],
-            "anchor": [r[0] for r in rows],
-            "positive": [r[1] for r in rows],
-            "negatives": [list(r[2:]) for r in rows],
-            "group": [None] * len(rows),
-        },
-        schema_overrides={"negatives": pl.List(pl.String), "group": pl.String},
-    )
-    return build_corpus(frame, cfg or NormaliseConfig())
 
 
 def pairs(corpus, anchor_rows, cand_rows, roles=None, direction="query_to_doc"):
@@ -163,7 +150,7 @@ def test_bands_and_rows_come_from_datasketch(threshold, num_perm):
 def test_empty_and_one_word_texts():
     # Whitespace kept: three distinct texts without a single word, and one-word texts.
     cfg = NormaliseConfig(collapse_whitespace=False, strip_chars="")
-    c = corpus_of([(" ", "  "), ("   ", "hello"), ("help", "hello world"), ("word", "word")], cfg)
+    c = corpus_of([(" ", "  "), ("   ", "hello"), ("help", "hello world"), ("word", "word")], cfg=cfg)
     det = MinHashDetector()
     det.prepare(c)
     empty = c.anchor[[0, 1]].tolist() + [c.positive[0]]
