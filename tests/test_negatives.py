@@ -111,3 +111,11 @@ def test_negatives_per_anchor_and_filters(pairs_file):
     assert {r["anchor_id"] for r in forum["negatives"]} <= {"pw2", "dark"}
     text = run("negatives", str(path), "--batch-size", "8", "--top", "2")
     assert text.exit_code == 0 and "alleged negative" in text.stdout
+
+
+def test_text_report_names_the_model_and_the_cache(pairs_file):
+    path = pairs_file(ROWS)
+    run("scan", str(path), "--batch-size", "8", "-q")
+    text = run("scan", str(path), "--batch-size", "8", "-q")
+    assert "sentence-transformers/all-MiniLM-L6-v2" in text.stdout
+    assert "0 texts embedded" in text.stdout and f"{len(ROWS) * 2} from the cache" in text.stdout

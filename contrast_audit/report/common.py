@@ -48,3 +48,17 @@ def mapping_lines(result: AuditResult) -> list[str]:
         where = files[0] if len(files) == 1 else f"{len(files)} files"
         lines.append(f"{where}: {layout} (anchor={anchor}, positive={positive}{neg}{', ' + extras if extras else ''})")
     return lines
+
+
+def embedding_line(result: AuditResult) -> str | None:
+    """Which model scored the texts, with which prompts, and how many vectors came from the cache."""
+    info = result.judgement.detector_info.get("embedding")
+    if not info:
+        return None
+    prompts = ""
+    if info.get("query_prompt") or info.get("doc_prompt"):
+        prompts = f", prompts {info.get('query_prompt')!r} / {info.get('doc_prompt')!r}"
+    return (
+        f"{info['model']} ({info['similarity']}, normalised{prompts}): "
+        f"{info['embedded']} texts embedded, {info['cached']} from the cache"
+    )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contrast_audit.api import AuditResult
-from contrast_audit.report.common import clip, evidence_text, mapping_lines, top_findings
+from contrast_audit.report.common import clip, embedding_line, evidence_text, mapping_lines, top_findings
 
 
 def _cell(text: str) -> str:
@@ -17,6 +17,7 @@ def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
         "# contrast-audit scan",
         "",
         *(f"- mapping: {line}" for line in mapping_lines(result)),
+        *([f"- model: {line}"] if (line := embedding_line(result)) is not None else []),
         f"- comparison sets: {c['batches']} (batch size {result.config.plan.batch_size}, "
         f"world size {result.config.plan.world_size}; directions {', '.join(result.config.loss.directions)})",
         "",

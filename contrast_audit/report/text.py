@@ -11,7 +11,7 @@ from rich.table import Table
 
 from contrast_audit.api import AuditResult
 from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE
-from contrast_audit.report.common import clip, evidence_text, mapping_lines, top_findings
+from contrast_audit.report.common import clip, embedding_line, evidence_text, mapping_lines, top_findings
 
 SEVERITY_STYLE = {"certain": "bold red", "likely": "yellow", "suspect": "cyan"}
 
@@ -31,6 +31,8 @@ def render(result: AuditResult, *, top: int = 20, color: bool = False, width: in
         f"{c['device_batches']} device batches → {c['batches']} comparison sets; "
         f"directions {', '.join(result.config.loss.directions)}"
     )
+    if (line := embedding_line(result)) is not None:
+        console.print(f"  model    {line}", markup=False)
     if c["skipped_rows"]:
         console.print(f"  skipped  {c['skipped_rows']} bad rows (see the JSON report for each location)")
 
