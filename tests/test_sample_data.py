@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from contrast_audit import audit
-from contrast_audit.config import AuditConfig, PlanConfig
+from contrast_audit.config import AuditConfig, EmbeddingConfig, PlanConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_data" / "pairs.jsonl"
@@ -116,3 +116,17 @@ def test_breakdown_by_source_and_cohort_adds_up(one_batch):
         assert sum(r["findings"] for r in table) == report["counts"]["findings"]
         assert sum(r["candidates"] for r in table) == report["counts"]["candidates"]
     assert {r["source"] for r in report["by_source"]} == {"docs", "forum", "tickets", "catalog"}
+
+
+def test_lexical_evidence_raises_nothing_on_clean_rows(truth):
+    """Exact, same-anchor, linked and declared evidence (and MinHash) never touch a clean row."""
+    result = audit(
+        [str(SAMPLE)], AuditConfig(plan=PlanConfig(batch_size=1000), embedding=EmbeddingConfig(enabled=False))
+    )
+    report = result.report()
+    prefix = truth["clean_prefix"]
+    assert [f for f in report["findings"] if _touches_clean(f, prefix)] == []
+    assert [m for m in report["mislabelled_negatives"] if m["row_id"].startswith(prefix)] == []
+    planted = {tuple(p) for c in truth["cases"] if c["kind"] in DETECTABLE for p in c["pairs"]}
+    certain = {(f["anchor_id"], f["candidate_id"]) for f in report["findings"] if f["severity"] == "certain"}
+    assert certain == planted
