@@ -139,18 +139,18 @@ IdCol = Annotated[str | None, _opt("Column of unique row ids (default: 0-based r
 SourceCol = Annotated[str | None, _opt("Column naming each row's source, for breakdowns.", "Columns")]
 CohortCol = Annotated[str | None, _opt("Column naming each row's cohort, for breakdowns.", "Columns")]
 GroupCol = Annotated[str | None, _opt("Column whose equal values declare rows mutual positives.", "Columns")]
-BatchSize = Annotated[int | None, _opt("Per-device batch size.  [default: 32]", "Batch plan")]
-Seed = Annotated[int | None, _opt("The trainer's seed.  [default: 42]", "Batch plan")]
-Epochs = Annotated[int | None, _opt("Epochs to plan.  [default: 1]", "Batch plan")]
+BatchSize = Annotated[int | None, _opt("Per-device batch size.  \\[default: 32]", "Batch plan")]
+Seed = Annotated[int | None, _opt("The trainer's seed.  \\[default: 42]", "Batch plan")]
+Epochs = Annotated[int | None, _opt("Epochs to plan.  \\[default: 1]", "Batch plan")]
 DropLast = Annotated[
-    bool | None, _opt("Drop the last incomplete batch.  [default: keep]", "Batch plan", "--drop-last/--keep-last")
+    bool | None, _opt("Drop the last incomplete batch.  \\[default: keep]", "Batch plan", "--drop-last/--keep-last")
 ]
 WorldSize = Annotated[
     int | None,
-    _opt("Devices whose embeddings are gathered: the comparison set is the global batch.  [default: 1]", "Batch plan"),
+    _opt("Devices whose embeddings are gathered: the comparison set is the global batch.  \\[default: 1]", "Batch plan"),
 ]
 SamplerOpt = Annotated[
-    Sampler | None, _opt("sentence-transformers batch sampler to reproduce.  [default: random]", "Batch plan")
+    Sampler | None, _opt("sentence-transformers batch sampler to reproduce.  \\[default: random]", "Batch plan")
 ]
 PlanFile = Annotated[
     Path | None,
@@ -159,85 +159,85 @@ PlanFile = Annotated[
 Directions = Annotated[
     list[str] | None,
     _opt(
-        "Loss directions (MultipleNegativesRankingLoss): query_to_doc, query_to_query, doc_to_query, doc_to_doc; repeat or comma-separate.  [default: query_to_doc]",
+        "Loss directions (MultipleNegativesRankingLoss): query_to_doc, query_to_query, doc_to_query, doc_to_doc; repeat or comma-separate.  \\[default: query_to_doc]",
         "Loss",
     ),
 ]
 MaxHops = Annotated[
     int | None,
     _opt(
-        "Longest chain of positive pairs that links two texts; 0 turns linked evidence off.  [default: 2]", "Evidence"
+        "Longest chain of positive pairs that links two texts; 0 turns linked evidence off.  \\[default: 2]", "Evidence"
     ),
 ]
 NumberGuardOpt = Annotated[
     int | None,
     _opt(
-        "Short texts (at most N words) whose numbers differ are never near-duplicates; 0 turns this off.  [default: 50]",
+        "Short texts (at most N words) whose numbers differ are never near-duplicates; 0 turns this off.  \\[default: 50]",
         "Evidence",
     ),
 ]
 MinHashOn = Annotated[
-    bool | None, _opt("MinHash near-duplicate evidence.  [default: on]", "Evidence", "--minhash/--no-minhash")
+    bool | None, _opt("MinHash near-duplicate evidence.  \\[default: on]", "Evidence", "--minhash/--no-minhash")
 ]
 MinHashThreshold = Annotated[
     float | None,
-    _opt("Verified Jaccard similarity at which two texts are near-duplicates.  [default: 0.7]", "Evidence"),
+    _opt("Verified Jaccard similarity at which two texts are near-duplicates.  \\[default: 0.7]", "Evidence"),
 ]
-NumPerm = Annotated[int | None, _opt("MinHash permutations.  [default: 128]", "Evidence")]
-Shingle = Annotated[str | None, _opt("MinHash shingles: word or char n-grams.  [default: word]", "Evidence")]
-NGram = Annotated[int | None, _opt("Shingle length in words or characters.  [default: 3]", "Evidence")]
+NumPerm = Annotated[int | None, _opt("MinHash permutations.  \\[default: 128]", "Evidence")]
+Shingle = Annotated[str | None, _opt("MinHash shingles: word or char n-grams.  \\[default: word]", "Evidence")]
+NGram = Annotated[int | None, _opt("Shingle length in words or characters.  \\[default: 3]", "Evidence")]
 EmbeddingsOn = Annotated[
     bool | None,
-    _opt("Embedding evidence with the model below.  [default: on]", "Embeddings", "--embeddings/--no-embeddings"),
+    _opt("Embedding evidence with the model below.  \\[default: on]", "Embeddings", "--embeddings/--no-embeddings"),
 ]
 ModelPath = Annotated[
     str | None,
     _opt(
-        "A local sentence-transformers model directory.  [default: packaged all-MiniLM-L6-v2]", "Embeddings", "--model"
+        "A local sentence-transformers model directory.  \\[default: packaged all-MiniLM-L6-v2]", "Embeddings", "--model"
     ),
 ]
-Device = Annotated[str | None, _opt("Device for the model: cpu, cuda, cuda:1, mps.  [default: auto]", "Embeddings")]
+Device = Annotated[str | None, _opt("Device for the model: cpu, cuda, cuda:1, mps.  \\[default: auto]", "Embeddings")]
 QueryPrompt = Annotated[str | None, _opt("Prompt/prefix for anchors, as in training (e.g. 'query: ').", "Embeddings")]
 DocPrompt = Annotated[str | None, _opt("Prompt/prefix for positives and negatives (e.g. 'passage: ').", "Embeddings")]
-EmbedBatch = Annotated[int | None, _opt("Texts per encode batch.  [default: 64]", "Embeddings")]
+EmbedBatch = Annotated[int | None, _opt("Texts per encode batch.  \\[default: 64]", "Embeddings")]
 CacheDir = Annotated[
     Path | None,
-    _opt("Embedding cache directory.  [default: $CONTRAST_AUDIT_CACHE_DIR or ~/.cache/contrast-audit]", "Embeddings"),
+    _opt("Embedding cache directory.  \\[default: $CONTRAST_AUDIT_CACHE_DIR or ~/.cache/contrast-audit]", "Embeddings"),
 ]
 UseCache = Annotated[
-    bool | None, _opt("Read and write the embedding cache.  [default: on]", "Embeddings", "--cache/--no-cache")
+    bool | None, _opt("Read and write the embedding cache.  \\[default: on]", "Embeddings", "--cache/--no-cache")
 ]
 PositiveThreshold = Annotated[
     float | None,
-    _opt("Cosine to the anchor's positive at which a candidate is a near-duplicate.  [default: 0.9]", "Embeddings"),
+    _opt("Cosine to the anchor's positive at which a candidate is a near-duplicate.  \\[default: 0.9]", "Embeddings"),
 ]
 AnchorThreshold = Annotated[
     float | None,
-    _opt("Cosine between two anchors at which each row's positive answers the other.  [default: 0.9]", "Embeddings"),
+    _opt("Cosine between two anchors at which each row's positive answers the other.  \\[default: 0.9]", "Embeddings"),
 ]
 MarginOn = Annotated[
     bool | None,
-    _opt("Also report margin-only findings (suspect).  [default: off]", "Embeddings", "--margin/--no-margin"),
+    _opt("Also report margin-only findings (suspect).  \\[default: off]", "Embeddings", "--margin/--no-margin"),
 ]
 AbsoluteMargin = Annotated[
     float | None, _opt("Margin rule sim(a, c) > sim(a, p) - margin; replaces --relative-margin.", "Embeddings")
 ]
 MarginSupport = Annotated[
-    float | None, _opt("Cosine to the positive that makes a margin finding likely.  [default: 0.55]", "Embeddings")
+    float | None, _opt("Cosine to the positive that makes a margin finding likely.  \\[default: 0.55]", "Embeddings")
 ]
 RelativeMargin = Annotated[
     float | None,
-    _opt("Margin rule sim(a, c) > sim(a, p) * (1 - margin).  [default: 0.1]", "Embeddings"),
+    _opt("Margin rule sim(a, c) > sim(a, p) * (1 - margin).  \\[default: 0.1]", "Embeddings"),
 ]
 OnBad = Annotated[
     OnBadRow | None,
-    _opt("What to do with a malformed row: stop with an error, or skip it and report it.  [default: error]", "Input"),
+    _opt("What to do with a malformed row: stop with an error, or skip it and report it.  \\[default: error]", "Input"),
 ]
 ConfigFile = Annotated[
     Path | None,
-    _opt("Settings file (default: ./contrast-audit.toml or [tool.contrast-audit] in ./pyproject.toml).", "Input"),
+    _opt("Settings file (default: ./contrast-audit.toml or \\[tool.contrast-audit] in ./pyproject.toml).", "Input"),
 ]
-FormatOpt = Annotated[Format | None, _opt("Report format.  [default: text]", "Output", "--format")]
+FormatOpt = Annotated[Format | None, _opt("Report format.  \\[default: text]", "Output", "--format")]
 OutputOpt = Annotated[Path | None, _opt("Write the report here (atomically) instead of stdout.", "Output")]
 Quiet = Annotated[bool, _opt("No progress bars and no summary line on stderr.", "Output", "--quiet", "-q")]
 
@@ -399,7 +399,7 @@ def negatives(
     relative_margin: RelativeMargin = None,
     on_bad_row: OnBad = None,
     output_format: Annotated[
-        Format | None, _opt("Output format: text or json.  [default: text]", "Output", "--format")
+        Format | None, _opt("Output format: text or json.  \\[default: text]", "Output", "--format")
     ] = None,
     output: OutputOpt = None,
     top: Annotated[int, _opt("How many alleged negatives (or anchors, with --per-anchor) to list.", "Output")] = 20,

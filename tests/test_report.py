@@ -150,3 +150,9 @@ def test_sampler_and_epochs_and_plan_file(pairs_file, tmp_path):
         ).stdout
     )
     assert two["counts"]["device_batches"] == 4
+
+
+def test_help_shows_defaults_and_the_settings_table():
+    result = CliRunner().invoke(app, ["scan", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert "[default: 32]" in result.stdout and "[tool.contrast-audit]" in result.stdout
