@@ -147,7 +147,9 @@ DropLast = Annotated[
 ]
 WorldSize = Annotated[
     int | None,
-    _opt("Devices whose embeddings are gathered: the comparison set is the global batch.  \\[default: 1]", "Batch plan"),
+    _opt(
+        "Devices whose embeddings are gathered: the comparison set is the global batch.  \\[default: 1]", "Batch plan"
+    ),
 ]
 SamplerOpt = Annotated[
     Sampler | None, _opt("sentence-transformers batch sampler to reproduce.  \\[default: random]", "Batch plan")
@@ -193,7 +195,9 @@ EmbeddingsOn = Annotated[
 ModelPath = Annotated[
     str | None,
     _opt(
-        "A local sentence-transformers model directory.  \\[default: packaged all-MiniLM-L6-v2]", "Embeddings", "--model"
+        "A local sentence-transformers model directory.  \\[default: packaged all-MiniLM-L6-v2]",
+        "Embeddings",
+        "--model",
     ),
 ]
 Device = Annotated[str | None, _opt("Device for the model: cpu, cuda, cuda:1, mps.  \\[default: auto]", "Embeddings")]
