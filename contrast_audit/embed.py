@@ -102,6 +102,7 @@ class EmbeddingStore:
     query: np.ndarray | None = None
     doc: np.ndarray | None = None
     stats: dict[str, Any] = field(default_factory=dict)
+    memo: dict[Any, np.ndarray] = field(default_factory=dict)  # per-row scores, computed once
 
     def prepare(self, corpus: Corpus) -> None:
         if self.query is not None:

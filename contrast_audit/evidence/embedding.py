@@ -35,11 +35,23 @@ def pair_scores(store: EmbeddingStore, corpus: Corpus, pairs: Pairs) -> tuple[np
     positive against the candidate and against its anchor — the logits MNRL puts in one softmax."""
     from_doc = pairs.direction in ("doc_to_query", "doc_to_doc")
     side = corpus.positive[pairs.anchor_row] if from_doc else corpus.anchor[pairs.anchor_row]
-    target = corpus.anchor[pairs.anchor_row] if from_doc else corpus.positive[pairs.anchor_row]
     side_space = store.doc if from_doc else store.query
-    target_space = store.query if from_doc else store.doc
     space, _ = _candidate_space(store, pairs)
-    return store.cosine(side_space, space, side, pairs.cand_tid), store.cosine(side_space, target_space, side, target)
+    return store.cosine(side_space, space, side, pairs.cand_tid), row_positive_scores(store, corpus, from_doc)[
+        pairs.anchor_row
+    ]
+
+
+def row_positive_scores(store: EmbeddingStore, corpus: Corpus, from_doc: bool) -> np.ndarray:
+    """sim(anchor, positive) of every row (the same for all its pairs), computed once per store."""
+    key = ("row_positive", from_doc)
+    if key not in store.memo:
+        a, p = corpus.anchor, corpus.positive
+        if from_doc:
+            store.memo[key] = store.cosine(store.doc, store.query, p, a)
+        else:
+            store.memo[key] = store.cosine(store.query, store.doc, a, p)
+    return store.memo[key]
 
 
 class _CosineDetector:
