@@ -1,5 +1,5 @@
 """The Python API: ``audit(paths, config)`` runs load → normalise → evidence → plan → judge and
-returns an ``AuditResult`` that the formatters, the gate and the manifest writer all read."""
+returns an ``AuditResult`` that the formatters and the gate read."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import polars as pl
 from contrast_audit import __version__
 from contrast_audit.config import AuditConfig
 from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, Corpus, build_corpus, role_name
-from contrast_audit.evidence import REGISTRY, SEVERITIES, Detector, default_detectors
+from contrast_audit.evidence import SEVERITIES, Detector, default_detectors
 from contrast_audit.io import LoadResult, load_rows
 from contrast_audit.judge import Judgement, judge
 from contrast_audit.plan import Plan, make_plan, read_plan_file
@@ -212,4 +212,4 @@ def _role_names(codes: pl.Series) -> pl.Series:
     return codes.replace_strict(names, return_dtype=pl.String) if names else codes.cast(pl.String)
 
 
-__all__ = ["REGISTRY", "SCHEMA_VERSION", "AuditResult", "audit"]
+__all__ = ["SCHEMA_VERSION", "AuditResult", "audit"]

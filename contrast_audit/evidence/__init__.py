@@ -17,12 +17,24 @@ from contrast_audit.evidence.base import (
     Pairs,
 )
 from contrast_audit.evidence.declared import DeclaredDetector
+from contrast_audit.evidence.embedding import AnchorEmbeddingDetector, EmbeddingDetector, MarginDetector  # noqa: E402
 from contrast_audit.evidence.exact import ExactDetector
 from contrast_audit.evidence.linked import LinkedDetector
+from contrast_audit.evidence.minhash import MinHashDetector  # noqa: E402
 from contrast_audit.evidence.same_anchor import SameAnchorDetector
 
 REGISTRY: dict[str, type] = {
-    cls.name: cls for cls in (ExactDetector, SameAnchorDetector, LinkedDetector, DeclaredDetector)
+    cls.name: cls
+    for cls in (
+        ExactDetector,
+        SameAnchorDetector,
+        LinkedDetector,
+        DeclaredDetector,
+        MinHashDetector,
+        EmbeddingDetector,
+        AnchorEmbeddingDetector,
+        MarginDetector,
+    )
 }
 
 
@@ -39,13 +51,10 @@ def default_detectors(
         detectors.append(LinkedDetector(cfg.link.max_hops))
     semantic: list[Detector] = []
     if cfg.minhash.enabled:
-        from contrast_audit.evidence.minhash import MinHashDetector
-
         m = cfg.minhash
         semantic.append(MinHashDetector(m.threshold, m.num_perm, m.shingle, m.ngram, m.seed))
     if cfg.embedding.enabled:
         from contrast_audit.embed import EmbeddingStore
-        from contrast_audit.evidence.embedding import AnchorEmbeddingDetector, EmbeddingDetector, MarginDetector
 
         e = cfg.embedding
         store = EmbeddingStore(e, progress)

@@ -11,7 +11,7 @@ from contrast_audit.config import EmbeddingConfig, build_config
 from contrast_audit.corpus import POSITIVE_ROLE
 from contrast_audit.embed import EmbeddingStore
 from contrast_audit.errors import ConfigError
-from contrast_audit.evidence import LIKELY, SUSPECT, Pairs, default_detectors
+from contrast_audit.evidence import LIKELY, REGISTRY, SUSPECT, Pairs, default_detectors
 from contrast_audit.evidence.embedding import AnchorEmbeddingDetector, EmbeddingDetector, MarginDetector
 
 
@@ -114,6 +114,7 @@ def test_margin_is_likely_only_when_the_candidate_is_near_the_positive():
 def test_policy_wires_detectors_from_config():
     detectors = default_detectors(build_config({}))
     names = [d.name for d in detectors]
+    assert set(names) == set(REGISTRY)  # every detector a scan runs is registered, and vice versa
     assert names == ["exact", "same-anchor", "declared", "linked", "minhash", "embedding", "anchor-embedding", "margin"]
     margin = detectors[-1].inner  # semantic detectors sit behind the number guard
     assert detectors[-1].info()["number_guard_words"] == 50
