@@ -13,7 +13,7 @@ import polars as pl
 from contrast_audit import __version__
 from contrast_audit.config import AuditConfig
 from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, Corpus, build_corpus, role_name
-from contrast_audit.evidence import SEVERITIES, Detector, default_detectors
+from contrast_audit.evidence import REGISTRY, SEVERITIES, Detector, default_detectors
 from contrast_audit.io import LoadResult, load_rows
 from contrast_audit.judge import Judgement, judge
 from contrast_audit.plan import Plan, make_plan, read_plan_file
@@ -55,7 +55,7 @@ class AuditResult:
             .get_column("k")
             .value_counts(sort=True)
         )
-        by_kind = {name: 0 for name in self.judgement.detector_info}
+        by_kind = {name: 0 for name in REGISTRY}  # every kind, 0 when its detector is off
         by_kind.update(dict(kinds.iter_rows()))
         candidates = self.judgement.candidates
         return {
@@ -118,6 +118,8 @@ class AuditResult:
         for kind, value in c["by_kind"].items():
             out.setdefault(kind, value)
         return out
+
+    METRICS = ("findings", "certain", "likely", "suspect", "fn-rate", "rows-affected", "mislabelled", *REGISTRY)
 
     def findings_table(self, frame: pl.DataFrame | None = None) -> pl.DataFrame:
         """Findings with ids and texts, for reports."""
@@ -194,13 +196,13 @@ def audit(
     cfg = config or AuditConfig()
     loaded = load_rows(list(paths), cfg.mapping, cfg.on_bad_row)
     corpus = build_corpus(loaded.rows, cfg.normalise)
-    active = list(detectors) if detectors is not None else default_detectors(cfg, progress)
-    for detector in active:
-        detector.prepare(corpus)
     if cfg.plan.plan_file:
         plan = read_plan_file(cfg.plan.plan_file, corpus.rows.get_column("id"))
     else:
         plan = make_plan(cfg.plan, corpus.n_rows, corpus.raw)
+    active = list(detectors) if detectors is not None else default_detectors(cfg, progress)
+    for detector in active:
+        detector.prepare(corpus)
     batches = plan.global_batches(cfg.plan.world_size)
     tick = progress("Comparing batches", len(batches)) if progress else None
     judgement = judge(corpus, batches, active, cfg.loss.directions, tick)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator
@@ -13,6 +14,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from contrast_audit import __version__
 from contrast_audit.errors import EXIT_GATE_FAILED, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, AuditError
@@ -59,18 +61,20 @@ def handle_errors(func: F) -> F:
         except typer.Exit:
             raise
         except AuditError as exc:
-            _stderr().print(f"[bold red]error:[/bold red] {exc.render()}", markup=True)
+            _stderr().print(Text.assemble(("error:", "bold red"), " ", exc.render()))
             raise typer.Exit(EXIT_USAGE) from None
         except KeyboardInterrupt:
             raise typer.Exit(130) from None
         except Exception as exc:  # noqa: BLE001 - the last line of defence
             console = _stderr()
             console.print(
-                f"[bold red]internal error:[/bold red] {type(exc).__name__}: {exc} — this is a bug in "
-                f"contrast-audit {__version__}; please report it with the command you ran at {ISSUES_URL}",
-                markup=True,
+                Text.assemble(
+                    ("internal error:", "bold red"),
+                    f" {type(exc).__name__}: {exc} — this is a bug in contrast-audit {__version__}; "
+                    f"please report it with the command you ran at {ISSUES_URL}",
+                )
             )
-            if "--debug" in sys.argv:
+            if os.environ.get("CONTRAST_AUDIT_DEBUG"):
                 traceback.print_exc()
             raise typer.Exit(EXIT_INTERNAL) from None
 
@@ -326,7 +330,7 @@ def scan(
 ) -> None:
     """Simulate the batch plan and report the false negatives each batch will contain."""
     given = dict(locals())
-    from contrast_audit.api import audit
+    from contrast_audit.api import AuditResult, audit
     from contrast_audit.config import build_config
     from contrast_audit.errors import ConfigError
     from contrast_audit.gate import evaluate, parse
@@ -345,9 +349,10 @@ def scan(
     expressions = settings.get("fail_on") or []
     expressions = [expressions] if isinstance(expressions, str) else list(expressions)
 
+    conditions = parse(expressions, sorted(AuditResult.METRICS))  # before the scan: typos cost nothing
+
     with progress_bars(not quiet and sys.stderr.isatty()) as progress:
         result = audit(data, cfg, progress=progress, config_file=origin)
-    conditions = parse(expressions, sorted(result.metrics()))
 
     color = fmt == "text" and output is None and sys.stdout.isatty()
     _emit(FORMATTERS[fmt](result, top=top, color=color), output)

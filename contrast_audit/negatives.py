@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from contrast_audit.api import AuditResult
@@ -163,9 +164,9 @@ def render_text(result: AuditResult, table: pl.DataFrame, *, per_anchor: int, co
     for r in _records(result, table):
         flagged = f"{r['severity']}: {evidence_text(r['evidence'])}" if r["flagged"] else "no"
         grid.add_row(
-            f"{clip(r['anchor_text'], 45)}\n[dim]{r['anchor_id']}[/dim]",
-            clip(r["positive_text"], 45),
-            f"{clip(r['candidate_text'], 45)}\n[dim]{r['candidate_id']} {r['candidate_role']} · batch {r['batch']}[/dim]",
+            f"{escape(clip(r['anchor_text'], 45))}\n[dim]{escape(str(r['anchor_id']))}[/dim]",
+            escape(clip(r["positive_text"], 45)),
+            f"{escape(clip(r['candidate_text'], 45))}\n[dim]{escape(str(r['candidate_id']))} {escape(str(r['candidate_role']))} · batch {r['batch']}[/dim]",
             f"{r['candidate_score']:.3f}",
             f"{r['positive_score']:.3f}",
             f"{r['margin']:+.3f}",

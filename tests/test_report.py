@@ -156,3 +156,38 @@ def test_help_shows_defaults_and_the_settings_table():
     result = CliRunner().invoke(app, ["scan", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
     assert "[default: 32]" in result.stdout and "[tool.contrast-audit]" in result.stdout
+
+
+MARKUP_ROWS = [
+    {"id": "[/]", "anchor": "what does [/] mean", "positive": "a [/] b [red]", "source": "[bold]"},
+    {"id": "b", "anchor": "what does [/] mean", "positive": "c [/x] d"},
+]
+
+
+def test_markup_characters_in_data_paths_and_errors_are_shown_literally(tmp_path):
+    path = tmp_path / "run[bold].jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in MARKUP_ROWS), encoding="utf-8")
+    text = scan(str(path), "--batch-size", "8")
+    assert text.exit_code == 0, text.output
+    assert "a [/] b [red]" in text.stdout and "c [/x] d" in text.stdout and "run[bold].jsonl" in text.stdout
+    plan = tmp_path / "plan.jsonl"
+    plan.write_text('{"rows": ["[/]", "nope[/]"]}\n')
+    bad = scan(str(path), "--plan", str(plan))
+    assert bad.exit_code == 2 and "nope[/]" in bad.stderr
+
+
+def test_gate_metrics_exist_when_their_detector_is_off(pairs_file):
+    path = pairs_file(ROWS)
+    for flags in (("--max-hops", "0"), ()):
+        result = scan(
+            str(path), "-q", "--fail-on", "embedding>0", "--fail-on", "linked>0", "--fail-on", "minhash>0", *flags
+        )
+        assert result.exit_code == 0, result.output
+
+
+def test_unknown_gate_metric_fails_before_the_scan(pairs_file, monkeypatch):
+    import contrast_audit.api as api
+
+    monkeypatch.setattr(api, "load_rows", lambda *a, **k: (_ for _ in ()).throw(AssertionError("scan ran")))
+    result = scan(str(pairs_file(ROWS)), "-q", "--fail-on", "findngs>0")
+    assert result.exit_code == 2 and "unknown metric 'findngs'" in result.stderr

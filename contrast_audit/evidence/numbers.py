@@ -38,8 +38,8 @@ class NumberGuard:
 
 
 class NumberGuarded:
-    """A semantic detector whose hits are dropped where the candidate and the text it would
-    duplicate (the anchor row's positive; the anchor, for query candidates) disagree on numbers."""
+    """A semantic detector whose hits are dropped where the candidate disagrees on numbers with
+    both the anchor and the positive of the anchor row."""
 
     def __init__(self, inner, guard: NumberGuard) -> None:
         self.inner = inner
@@ -59,12 +59,13 @@ class NumberGuarded:
     def detect(self, pairs):
         from dataclasses import replace
 
-        from contrast_audit.corpus import ANCHOR_ROLE
-
         hits = self.inner.detect(pairs)
         c = self.corpus
-        target = np.where(pairs.cand_role == ANCHOR_ROLE, c.anchor[pairs.anchor_row], c.positive[pairs.anchor_row])
-        return replace(hits, mask=hits.mask & ~self.guard.disagree(target, pairs.cand_tid))
+        # Vetoed only when the candidate disagrees with both texts of the anchor row: semantic
+        # evidence may have matched either of them.
+        anchor, positive = c.anchor[pairs.anchor_row], c.positive[pairs.anchor_row]
+        veto = self.guard.disagree(anchor, pairs.cand_tid) & self.guard.disagree(positive, pairs.cand_tid)
+        return replace(hits, mask=hits.mask & ~veto)
 
     def info(self) -> dict:
         return {**self.inner.info(), "number_guard_words": self.guard.max_words}

@@ -82,7 +82,7 @@ def expand_paths(patterns: list[str]) -> list[Path]:
     """Files named directly or matched by a glob, in argument order (globs sorted)."""
     out: list[Path] = []
     for pattern in patterns:
-        if any(ch in pattern for ch in "*?["):
+        if any(ch in pattern for ch in "*?[") and not Path(pattern).is_file():
             matched = sorted(glob.glob(pattern, recursive=True))
             files = [Path(m) for m in matched if Path(m).is_file()]
             if not files:

@@ -7,6 +7,7 @@ import io
 
 import numpy as np
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from contrast_audit.api import AuditResult
@@ -23,13 +24,14 @@ def render(result: AuditResult, *, top: int = 20, color: bool = False, width: in
 
     console.print("[bold]contrast-audit scan[/bold]")
     for line in mapping_lines(result):
-        console.print(f"  mapping  {line}")
+        console.print(f"  mapping  {line}", markup=False)
     plan = result.config.plan
     source = result.plan.source if plan.plan_file else f"{plan.sampler} sampler, seed {plan.seed}"
     console.print(
         f"  plan     {source}, batch size {plan.batch_size}, world size {plan.world_size}, "
         f"{c['device_batches']} device batches → {c['batches']} comparison sets; "
-        f"directions {', '.join(result.config.loss.directions)}"
+        f"directions {', '.join(result.config.loss.directions)}",
+        markup=False,
     )
     if (line := embedding_line(result)) is not None:
         console.print(f"  model    {line}", markup=False)
@@ -81,7 +83,7 @@ def render(result: AuditResult, *, top: int = 20, color: bool = False, width: in
             table.add_column(name, justify="left" if name == column else "right")
         for r in rows:
             table.add_row(
-                r[column],
+                escape(r[column]),
                 str(r["rows"]),
                 str(r["candidates"]),
                 str(r["findings"]),
@@ -103,9 +105,9 @@ def render(result: AuditResult, *, top: int = 20, color: bool = False, width: in
             table.add_row(
                 f"[{SEVERITY_STYLE[sev]}]{sev}[/]",
                 str(r["batch"]),
-                f"{clip(r['anchor_text'], 50)}\n[dim]{r['anchor_id']}[/dim]",
-                clip(r["positive_text"], 50),
-                f"{clip(r['candidate_text'], 50)}\n[dim]{r['candidate_id']} {r['candidate_role']} · {r['direction']}[/dim]",
+                f"{escape(clip(r['anchor_text'], 50))}\n[dim]{escape(str(r['anchor_id']))}[/dim]",
+                escape(clip(r["positive_text"], 50)),
+                f"{escape(clip(r['candidate_text'], 50))}\n[dim]{escape(str(r['candidate_id']))} {escape(str(r['candidate_role']))} · {escape(str(r['direction']))}[/dim]",
                 evidence_text(r["evidence"]),
             )
         console.print(table)
@@ -123,10 +125,10 @@ def render(result: AuditResult, *, top: int = 20, color: bool = False, width: in
         for i, r in enumerate(mis.iter_rows(named=True)):
             table.add_row(
                 f"[{SEVERITY_STYLE[r['severity']]}]{r['severity']}[/]",
-                str(ids[i]),
-                clip(anchors[i], 50),
-                clip(positives[i], 50),
-                clip(negatives[i], 50) + f"\n[dim]negative_{r['cand_role']}[/dim]",
+                escape(str(ids[i])),
+                escape(clip(anchors[i], 50)),
+                escape(clip(positives[i], 50)),
+                escape(clip(negatives[i], 50)) + f"\n[dim]negative_{r['cand_role']}[/dim]",
                 evidence_text(r["evidence"]),
             )
         console.print(table)

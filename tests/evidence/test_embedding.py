@@ -156,3 +156,15 @@ def test_number_guard_vetoes_short_texts_that_disagree_on_numbers():
     long = NumberGuard(3)  # both texts longer than 3 words: passages are never vetoed
     long.prepare(c)
     assert not long.disagree(c.positive[[0]], c.positive[[1]]).any()
+
+
+def test_number_guard_keeps_matches_that_agree_with_the_anchor():
+    from contrast_audit.evidence.numbers import NumberGuard, NumberGuarded
+
+    # The candidate repeats the anchor's number; the positive has none: no veto.
+    rows = [("fix error 429 from the api", "slow down and retry later"), ("x", "fix error 429 from the api quickly")]
+    c = corpus_of(rows)
+    vectors = {t: [1.0, 0.01 * i, 0, 0] for i, t in enumerate(c.texts.get_column("text").to_list())}
+    guarded = NumberGuarded(EmbeddingDetector(FixedStore(vectors), 0.5), NumberGuard(50))
+    guarded.prepare(c)
+    assert guarded.detect(q2d_pairs(c, [0], [1])).mask.tolist() == [True]
