@@ -19,8 +19,8 @@ SAMPLERS = ("random", "no-duplicates")
 ON_BAD_ROW = ("error", "skip")
 
 # Characters folded from both ends of a text by default: sentence punctuation, quotes and
-# brackets. Symbols that carry meaning at the edge of a text (``C++``, ``C#``, ``$5``) are kept.
-DEFAULT_STRIP_CHARS = ".,;:!?¡¿\"'`“”‘’«»„‚()[]{}<>…–—-"
+# brackets. Symbols that carry meaning at the edge of a text (``C++``, ``C#``, ``$5``, ``-1``) are kept.
+DEFAULT_STRIP_CHARS = ".,;:!?¡¿\"'`“”‘’«»„‚()[]{}<>…–—"
 
 
 @dataclass(frozen=True)

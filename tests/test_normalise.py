@@ -76,3 +76,7 @@ def test_content_hash_is_stable_and_sensitive() -> None:
     assert h != content_hash(frame.with_columns(pl.Series("a", ["x", "y"])), ["a", "n"])
     assert h != content_hash(frame, ["n", "a"])
     assert len(h) == 64
+
+
+def test_a_leading_minus_is_kept():
+    assert normalise(["-1 is the answer", "1 is the answer"]) == ["-1 is the answer", "1 is the answer"]
