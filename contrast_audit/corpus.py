@@ -52,10 +52,6 @@ class Corpus:
     def n_texts(self) -> int:
         return self.texts.height
 
-    def text(self, tids: np.ndarray | list[int]) -> list[str]:
-        col = self.texts.get_column("text")
-        return col.gather(np.asarray(tids, dtype=np.int64)).to_list()
-
 
 def build_corpus(rows: pl.DataFrame, cfg: NormaliseConfig) -> Corpus:
     """Normalise every text once and give each distinct normal form an id."""

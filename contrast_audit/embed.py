@@ -52,7 +52,7 @@ class EmbeddingCache:
         prompt_id = hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:12]
         self.dir = root / "embeddings" / f"{fingerprint[:16]}-{prompt_id}"
 
-    def lookup(self, keys: np.ndarray, dim: int | None) -> tuple[np.ndarray, np.ndarray | None]:
+    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """(found mask, vectors for found keys in order) — vectors is None when nothing is cached."""
         shards = sorted(self.dir.glob("shard-*.npz")) if self.dir.is_dir() else []
         if not shards:
@@ -69,8 +69,6 @@ class EmbeddingCache:
             return np.zeros(keys.shape[0], dtype=bool), None
         all_keys = np.concatenate(stored_keys)
         all_vecs = np.concatenate(stored_vecs)
-        if dim is not None and all_vecs.shape[1] != dim:
-            return np.zeros(keys.shape[0], dtype=bool), None
         order = np.argsort(all_keys, kind="stable")
         sorted_keys = all_keys[order]
         pos = np.minimum(np.searchsorted(sorted_keys, keys), sorted_keys.shape[0] - 1)
@@ -131,7 +129,7 @@ class EmbeddingStore:
         cache = EmbeddingCache(
             Path(self.cfg.cache_dir) if self.cfg.cache_dir else default_cache_dir(), source.fingerprint(), prompt
         )
-        found, cached = cache.lookup(keys, None) if self.cfg.use_cache else (np.zeros(len(subset), dtype=bool), None)
+        found, cached = cache.lookup(keys) if self.cfg.use_cache else (np.zeros(len(subset), dtype=bool), None)
         missing = np.flatnonzero(~found)
         new = self._encode([subset[i] for i in missing], prompt, source) if missing.size else None
         dim = (cached if cached is not None else new).shape[1] if (cached is not None or new is not None) else 384

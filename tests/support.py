@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from contrast_audit.config import NormaliseConfig
-from contrast_audit.corpus import Corpus, build_corpus
+from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, Corpus, build_corpus
+from contrast_audit.evidence import Pairs
 
 
 def corpus_of(rows: list[tuple], groups: list[str | None] | None = None, cfg: NormaliseConfig | None = None) -> Corpus:
@@ -21,3 +23,19 @@ def corpus_of(rows: list[tuple], groups: list[str | None] | None = None, cfg: No
         schema_overrides={"negatives": pl.List(pl.String), "group": pl.String},
     )
     return build_corpus(frame, cfg or NormaliseConfig())
+
+
+def pairs(corpus: Corpus, anchor_rows, cand_rows, roles=None, direction: str = "query_to_doc") -> Pairs:
+    """Candidate pairs whose candidate texts follow from the rows and roles (-1 anchor, 0 positive, k negative)."""
+    anchor_rows = np.asarray(anchor_rows)
+    cand_rows = np.asarray(cand_rows)
+    roles = np.full(len(cand_rows), POSITIVE_ROLE) if roles is None else np.asarray(roles)
+    tids = np.where(roles == ANCHOR_ROLE, corpus.anchor[cand_rows], corpus.positive[cand_rows])
+    neg = roles > 0
+    tids[neg] = corpus.negatives[cand_rows[neg], roles[neg] - 1]
+    return Pairs(direction, anchor_rows, cand_rows, roles, tids)
+
+
+def run(detector, corpus: Corpus, p: Pairs):
+    detector.prepare(corpus)
+    return detector.detect(p)

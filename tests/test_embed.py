@@ -59,7 +59,7 @@ def test_damaged_shard_is_ignored(tmp_path):
     cache = EmbeddingCache(tmp_path, "f" * 64, "")
     cache.dir.mkdir(parents=True)
     (cache.dir / "shard-broken.npz").write_bytes(b"not a zip")
-    found, vectors = cache.lookup(text_keys(["a"], ""), None)
+    found, vectors = cache.lookup(text_keys(["a"], ""))
     assert not found.any() and vectors is None
 
 

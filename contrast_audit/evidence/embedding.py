@@ -102,7 +102,7 @@ class AnchorEmbeddingDetector(_CosineDetector):
         return {"threshold": self.threshold}
 
 
-class MarginDetector:
+class MarginDetector(_CosineDetector):
     name = "margin"
     description = (
         "candidate scores against the anchor within the margin of the anchor's own positive: likely when it is "
@@ -117,15 +117,11 @@ class MarginDetector:
         support: float,
         report_suspects: bool,
     ) -> None:
-        self.store = store
+        super().__init__(store, threshold=support)
         self.absolute_margin = absolute_margin
         self.relative_margin = relative_margin
         self.support = support
         self.report_suspects = report_suspects
-
-    def prepare(self, corpus: Corpus) -> None:
-        self.corpus = corpus
-        self.store.prepare(corpus)
 
     def detect(self, pairs: Pairs) -> Hits:
         c, s = self.corpus, self.store

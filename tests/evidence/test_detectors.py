@@ -2,30 +2,14 @@
 
 from __future__ import annotations
 
-import numpy as np
-from support import corpus_of
+from support import corpus_of, pairs, run
 
 from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE
-from contrast_audit.evidence import CERTAIN, LIKELY, Pairs
+from contrast_audit.evidence import CERTAIN, LIKELY
 from contrast_audit.evidence.declared import DeclaredDetector
 from contrast_audit.evidence.exact import ExactDetector
 from contrast_audit.evidence.linked import LinkedDetector
 from contrast_audit.evidence.same_anchor import SameAnchorDetector
-
-
-def pairs(corpus, anchor_rows, cand_rows, roles=None, direction="query_to_doc"):
-    anchor_rows = np.asarray(anchor_rows)
-    cand_rows = np.asarray(cand_rows)
-    roles = np.full(len(cand_rows), POSITIVE_ROLE) if roles is None else np.asarray(roles)
-    tids = np.where(roles == ANCHOR_ROLE, corpus.anchor[cand_rows], corpus.positive[cand_rows])
-    neg = roles > 0
-    tids[neg] = corpus.negatives[cand_rows[neg], roles[neg] - 1]
-    return Pairs(direction, anchor_rows, cand_rows, roles, tids)
-
-
-def run(detector, corpus, p):
-    detector.prepare(corpus)
-    return detector.detect(p)
 
 
 def test_exact_matches_normalised_positive_and_anchor():

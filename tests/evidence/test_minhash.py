@@ -7,12 +7,12 @@ import numpy as np
 import polars as pl
 import pytest
 from datasketch.lsh import _optimal_param
-from support import corpus_of
+from support import corpus_of, pairs, run
 
 from contrast_audit.config import NormaliseConfig
 from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE
 from contrast_audit.errors import ConfigError
-from contrast_audit.evidence import LIKELY, Pairs
+from contrast_audit.evidence import LIKELY
 from contrast_audit.evidence import minhash as mh
 from contrast_audit.evidence.minhash import MinHashDetector, shingle_hash, shingles, signatures
 
@@ -20,21 +20,6 @@ BOTTLE = "insulated stainless steel water bottle keeps drinks cold for twenty fo
 BOTTLE_LAST = "insulated stainless steel water bottle keeps drinks cold for twenty four hrs"
 BOTTLE_MIDDLE = "insulated stainless steel water bottle keeps drinks cool for twenty four hours"
 ROUTER = "how do i reset my router password after a firmware update"
-
-
-def pairs(corpus, anchor_rows, cand_rows, roles=None, direction="query_to_doc"):
-    anchor_rows = np.asarray(anchor_rows)
-    cand_rows = np.asarray(cand_rows)
-    roles = np.full(len(cand_rows), POSITIVE_ROLE) if roles is None else np.asarray(roles)
-    tids = np.where(roles == ANCHOR_ROLE, corpus.anchor[cand_rows], corpus.positive[cand_rows])
-    neg = roles > 0
-    tids[neg] = corpus.negatives[cand_rows[neg], roles[neg] - 1]
-    return Pairs(direction, anchor_rows, cand_rows, roles, tids)
-
-
-def run(detector, corpus, p):
-    detector.prepare(corpus)
-    return detector.detect(p)
 
 
 def word_shingles(text: str, n: int) -> list[str]:
