@@ -182,6 +182,17 @@ NumberGuardOpt = Annotated[
         "Evidence",
     ),
 ]
+Alignment = Annotated[
+    float | None,
+    _opt(
+        "Short texts whose token alignment (idf-weighted BERTScore min(P, R) with the embedding model) is below this are never near-duplicates; 0 turns this off.  \\[default: 0.84]",
+        "Evidence",
+    ),
+]
+AlignmentWords = Annotated[
+    int | None,
+    _opt("Texts of at most N words count as short for the alignment guard.  \\[default: 50]", "Evidence"),
+]
 MinHashOn = Annotated[
     bool | None, _opt("MinHash near-duplicate evidence.  \\[default: on]", "Evidence", "--minhash/--no-minhash")
 ]
@@ -217,11 +228,11 @@ UseCache = Annotated[
 ]
 PositiveThreshold = Annotated[
     float | None,
-    _opt("Cosine to the anchor's positive at which a candidate is a near-duplicate.  \\[default: 0.9]", "Embeddings"),
+    _opt("Cosine to the anchor's positive at which a candidate is a near-duplicate.  \\[default: 0.85]", "Embeddings"),
 ]
 AnchorThreshold = Annotated[
     float | None,
-    _opt("Cosine between two anchors at which each row's positive answers the other.  \\[default: 0.9]", "Embeddings"),
+    _opt("Cosine between two anchors at which each row's positive answers the other.  \\[default: 0.85]", "Embeddings"),
 ]
 MarginOn = Annotated[
     bool | None,
@@ -231,11 +242,11 @@ AbsoluteMargin = Annotated[
     float | None, _opt("Margin rule sim(a, c) > sim(a, p) - margin; replaces --relative-margin.", "Embeddings")
 ]
 MarginSupport = Annotated[
-    float | None, _opt("Cosine to the positive that makes a margin finding likely.  \\[default: 0.55]", "Embeddings")
+    float | None, _opt("Cosine to the positive that makes a margin finding likely.  \\[default: 0.6]", "Embeddings")
 ]
 RelativeMargin = Annotated[
     float | None,
-    _opt("Margin rule sim(a, c) > sim(a, p) * (1 - margin).  \\[default: 0.1]", "Embeddings"),
+    _opt("Margin rule sim(a, c) > sim(a, p) * (1 - margin).  \\[default: 0.25]", "Embeddings"),
 ]
 OnBad = Annotated[
     OnBadRow | None,
@@ -296,6 +307,8 @@ def scan(
     directions: Directions = None,
     max_hops: MaxHops = None,
     number_guard: NumberGuardOpt = None,
+    alignment: Alignment = None,
+    alignment_words: AlignmentWords = None,
     minhash: MinHashOn = None,
     minhash_threshold: MinHashThreshold = None,
     num_perm: NumPerm = None,
@@ -388,6 +401,8 @@ def negatives(
     directions: Directions = None,
     max_hops: MaxHops = None,
     number_guard: NumberGuardOpt = None,
+    alignment: Alignment = None,
+    alignment_words: AlignmentWords = None,
     minhash: MinHashOn = None,
     minhash_threshold: MinHashThreshold = None,
     num_perm: NumPerm = None,

@@ -88,14 +88,23 @@ class PlanConfig:
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    """How semantic evidence is guarded: short texts (at most ``number_guard_words`` words) whose
-    numbers differ are never MinHash or embedding near-duplicates; 0 turns the guard off."""
+    """How semantic evidence is guarded (evidence/guards.py). Number guard: short texts (at most
+    ``number_guard_words`` words) whose numbers differ are never MinHash or embedding
+    near-duplicates; 0 turns it off. Alignment guard (when embeddings are on): short texts (at most
+    ``alignment_words`` words) whose token alignment is below ``alignment_threshold`` are not
+    near-duplicates either; a threshold of 0 turns it off."""
 
     number_guard_words: int = 50
+    alignment_threshold: float = 0.84
+    alignment_words: int = 50
 
     def __post_init__(self) -> None:
         if self.number_guard_words < 0:
             raise ConfigError(f"number-guard must be >= 0 words (0 turns it off), got {self.number_guard_words}")
+        if not 0.0 <= self.alignment_threshold <= 1.0:
+            raise ConfigError(f"alignment must be in [0, 1] (0 turns it off), got {self.alignment_threshold}")
+        if self.alignment_words < 1:
+            raise ConfigError(f"alignment-words must be >= 1, got {self.alignment_words}")
 
 
 @dataclass(frozen=True)
@@ -135,12 +144,12 @@ class EmbeddingConfig:
     batch_size: int = 64
     cache_dir: str | None = None
     use_cache: bool = True
-    positive_threshold: float = 0.9
-    anchor_threshold: float = 0.9
+    positive_threshold: float = 0.85
+    anchor_threshold: float = 0.85
     margin: bool = False
-    margin_support: float = 0.55
+    margin_support: float = 0.6
     absolute_margin: float | None = None
-    relative_margin: float | None = 0.1
+    relative_margin: float | None = 0.25
 
     def __post_init__(self) -> None:
         for name in ("positive_threshold", "anchor_threshold", "margin_support"):
@@ -222,6 +231,8 @@ _FILE_KEYS: dict[str, tuple[str | None, str]] = {
     "fail_on": (None, "fail_on"),
     "format": (None, "format"),
     "number_guard": ("policy", "number_guard_words"),
+    "alignment": ("policy", "alignment_threshold"),
+    "alignment_words": ("policy", "alignment_words"),
     "minhash": ("minhash", "enabled"),
     "minhash_threshold": ("minhash", "threshold"),
     "num_perm": ("minhash", "num_perm"),

@@ -45,37 +45,30 @@ def text_keys(texts: list[str], prompt: str) -> np.ndarray:
     return np.array([hashlib.sha256((prompt + t).encode("utf-8")).digest()[:16] for t in texts], dtype="S16")
 
 
-class EmbeddingCache:
-    """Shards of (keys, vectors) in one directory per model fingerprint and prompt."""
+class ShardCache:
+    """Shards of arrays (``keys`` first) in one directory, each written atomically; a damaged shard
+    is ignored, and its texts are computed again."""
 
-    def __init__(self, root: Path, fingerprint: str, prompt: str) -> None:
-        prompt_id = hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:12]
-        self.dir = root / "embeddings" / f"{fingerprint[:16]}-{prompt_id}"
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
 
-    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """(found mask, vectors for found keys in order) — vectors is None when nothing is cached."""
+    def read(self, fields: tuple[str, ...]) -> dict[str, np.ndarray] | None:
+        """Every shard's ``fields``, concatenated in shard-name order; None when nothing is stored."""
         shards = sorted(self.dir.glob("shard-*.npz")) if self.dir.is_dir() else []
-        if not shards:
-            return np.zeros(keys.shape[0], dtype=bool), None
-        stored_keys, stored_vecs = [], []
+        parts: dict[str, list[np.ndarray]] = {f: [] for f in fields}
         for shard in shards:
             try:
                 with np.load(shard) as data:
-                    stored_keys.append(data["keys"])
-                    stored_vecs.append(data["vectors"])
+                    loaded = {f: data[f] for f in fields}
             except (OSError, ValueError, KeyError):
-                continue  # a damaged shard is ignored; its texts are embedded again
-        if not stored_keys:
-            return np.zeros(keys.shape[0], dtype=bool), None
-        all_keys = np.concatenate(stored_keys)
-        all_vecs = np.concatenate(stored_vecs)
-        order = np.argsort(all_keys, kind="stable")
-        sorted_keys = all_keys[order]
-        pos = np.minimum(np.searchsorted(sorted_keys, keys), sorted_keys.shape[0] - 1)
-        found = sorted_keys[pos] == keys
-        return found, all_vecs[order[pos[found]]]
+                continue
+            for f in fields:
+                parts[f].append(loaded[f])
+        if not parts[fields[0]]:
+            return None
+        return {f: np.concatenate(v) for f, v in parts.items()}
 
-    def store(self, keys: np.ndarray, vectors: np.ndarray) -> None:
+    def write(self, keys: np.ndarray, **arrays: np.ndarray) -> None:
         if keys.shape[0] == 0:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -83,11 +76,39 @@ class EmbeddingCache:
         fd, tmp = tempfile.mkstemp(prefix=".shard-", suffix=".npz", dir=self.dir)
         try:
             with os.fdopen(fd, "wb") as handle:
-                np.savez(handle, keys=keys, vectors=vectors.astype(np.float32))
+                np.savez(handle, keys=keys, **arrays)
             os.replace(tmp, self.dir / f"shard-{name}.npz")
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+
+def find_keys(stored: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(found mask over ``keys``, index into ``stored`` of each found key, in order)."""
+    order = np.argsort(stored, kind="stable")
+    sorted_keys = stored[order]
+    pos = np.minimum(np.searchsorted(sorted_keys, keys), sorted_keys.shape[0] - 1)
+    found = sorted_keys[pos] == keys
+    return found, order[pos[found]]
+
+
+class EmbeddingCache(ShardCache):
+    """Sentence vectors in one directory per model fingerprint and prompt."""
+
+    def __init__(self, root: Path, fingerprint: str, prompt: str) -> None:
+        prompt_id = hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:12]
+        super().__init__(root / "embeddings" / f"{fingerprint[:16]}-{prompt_id}")
+
+    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """(found mask, vectors for found keys in order) — vectors is None when nothing is cached."""
+        stored = self.read(("keys", "vectors"))
+        if stored is None:
+            return np.zeros(keys.shape[0], dtype=bool), None
+        found, index = find_keys(stored["keys"], keys)
+        return found, stored["vectors"][index]
+
+    def store(self, keys: np.ndarray, vectors: np.ndarray) -> None:
+        self.write(keys, vectors=vectors.astype(np.float32))
 
 
 @dataclass
@@ -126,9 +147,7 @@ class EmbeddingStore:
         index = np.flatnonzero(needed)
         subset = [texts[i] for i in index]
         keys = text_keys(subset, prompt)
-        cache = EmbeddingCache(
-            Path(self.cfg.cache_dir) if self.cfg.cache_dir else default_cache_dir(), source.fingerprint(), prompt
-        )
+        cache = EmbeddingCache(self.cache_root(), source.fingerprint(), prompt)
         found, cached = cache.lookup(keys) if self.cfg.use_cache else (np.zeros(len(subset), dtype=bool), None)
         missing = np.flatnonzero(~found)
         new = self._encode([subset[i] for i in missing], prompt, source) if missing.size else None
@@ -147,10 +166,18 @@ class EmbeddingStore:
         self.stats["cached"] += int(found.sum())
         return out
 
-    def _encode(self, texts: list[str], prompt: str, source: model_io.ModelSource) -> np.ndarray:
-        st = _load_model(
+    def model(self, source: model_io.ModelSource | None = None):
+        """The loaded sentence-transformers model (loaded once per process)."""
+        source = source or self.source
+        return _load_model(
             source.path, self.cfg.device, source.model_id, source.revision, tuple(sorted(source.sha256.items()))
         )
+
+    def cache_root(self) -> Path:
+        return Path(self.cfg.cache_dir) if self.cfg.cache_dir else default_cache_dir()
+
+    def _encode(self, texts: list[str], prompt: str, source: model_io.ModelSource) -> np.ndarray:
+        st = self.model(source)
         tick = self.progress("Embedding texts", len(texts)) if self.progress else None
         blocks = []
         for start in range(0, len(texts), ENCODE_BLOCK):

@@ -45,6 +45,8 @@ def run(*args: str):
 
 
 def test_scan_reports_paraphrased_answers_with_embedding_evidence(pairs_file):
+    # Reworded answers to reworded questions: their tokens align too little for a near-duplicate
+    # claim between short texts, so the margin rule (a relevance claim, corroborated) reports them.
     path = pairs_file(ROWS)
     result = run("scan", str(path), "--batch-size", "8", "--format", "json", "-q")
     assert result.exit_code == 0, result.output
@@ -52,14 +54,16 @@ def test_scan_reports_paraphrased_answers_with_embedding_evidence(pairs_file):
     pairs = {(f["anchor_id"], f["candidate_id"]): f for f in report["findings"]}
     finding = pairs[("pw", "pw2")]
     kinds = {e["kind"] for e in finding["evidence"]}
-    assert kinds & {"embedding", "anchor-embedding"} and finding["severity"] == "likely"
+    assert kinds & {"embedding", "anchor-embedding", "margin"} and finding["severity"] == "likely"
     emb = report["detectors"]["embedding"]
+    assert emb["token_texts_encoded"] + emb["token_texts_cached"] > 0  # the alignment guard was consulted
     assert emb["model"] == "sentence-transformers/all-MiniLM-L6-v2" and emb["similarity"] == "cosine"
     assert emb["embedded"] + emb["cached"] == report["counts"]["texts"]
     assert ("inv", "dark") not in pairs and ("dark", "inv") not in pairs
     # A rerun embeds nothing: every text comes from the cache.
     again = json.loads(run("scan", str(path), "--batch-size", "8", "--format", "json", "-q").stdout)
     assert again["detectors"]["embedding"]["embedded"] == 0
+    assert again["detectors"]["embedding"]["token_texts_encoded"] == 0
     assert again["findings"] == report["findings"]
 
 

@@ -73,7 +73,7 @@ def test_no_duplicate_evidence_on_clean_rows(one_batch, truth):
 
 
 def test_margin_findings_on_clean_rows_are_rare(one_batch, truth):
-    """The margin rule (candidate scores within 10% of the positive and is near it) flags some
+    """The margin rule (candidate scores within 25% of the positive and is near it) flags some
     near-intent pairs among the clean rows; they stay under 1 in 5,000 comparisons."""
     result, report = one_batch
     prefix = truth["clean_prefix"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import csv
+import hashlib
 import io
 import json
 import os
@@ -54,6 +55,20 @@ STS_DISTRACTOR_RANGE = (2.0, 3.0)
 MRPC_HEADER = ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"]
 
 T = TypeVar("T")
+
+# Held-out protocol: every source pair (MRPC / STS-B pair, SciFact claim) falls in one of two fixed
+# halves by a hash of its id, so settings chosen on the ``tune`` half are reported on ``test``.
+PARTS = ("all", "tune", "test")
+
+
+def in_part(key: str, part: str) -> bool:
+    """Whether the source item ``key`` belongs to ``part`` (``all`` holds everything)."""
+    if part not in PARTS:
+        raise ValueError(f"part must be one of {', '.join(PARTS)}, got {part!r}")
+    if part == "all":
+        return True
+    half = "tune" if hashlib.sha256(key.encode("utf-8")).digest()[0] % 2 == 0 else "test"
+    return half == part
 
 
 # --------------------------------------------------------------------------- rows and pairs
@@ -336,11 +351,13 @@ def simcse_case(
     seed: int,
     params: dict[str, Any],
     notes: str,
+    part: str = "all",
 ) -> Case:
     """Rows (s, s) per sentence; label-1 pairs are mutual false negatives, label-0 pairs distractors."""
     if max_pairs < 1:
         raise ValueError(f"max_pairs must be >= 1, got {max_pairs}")
     rng = random.Random(seed)
+    sentence_pairs = [p for p in sentence_pairs if in_part(p.uid, part)]
     positives = [p for p in sentence_pairs if p.label == 1]
     negatives = [p for p in sentence_pairs if p.label == 0]
     rng.shuffle(positives)
@@ -359,7 +376,7 @@ def simcse_case(
     # Distractors never outnumber paraphrases, so the base rate stays comparable across cases.
     dist, dist_dropped = take(negatives, min(max_pairs, len(para)), accept(DISTRACTOR))
     dropped = {"paraphrase_shares_text": para_dropped, "distractor_shares_text": dist_dropped}
-    params = {**params, "max_pairs": max_pairs, "batch_size": batch_size, "seed": seed}
+    params = {**params, "max_pairs": max_pairs, "batch_size": batch_size, "seed": seed, "part": part}
     return write_case(
         name, out_dir, para + dist, batch_size=batch_size, seed=seed, dropped=dropped, params=params, notes=notes
     )
@@ -372,6 +389,7 @@ def build_mrpc(
     max_pairs: int = DEFAULT_MAX_PAIRS,
     batch_size: int = DEFAULT_BATCH_SIZE,
     seed: int = DEFAULT_SEED,
+    part: str = "all",
 ) -> Case:
     """Microsoft Research Paraphrase Corpus, SimCSE-style rows."""
     root = Path(data_dir) / "mrpc"
@@ -383,6 +401,7 @@ def build_mrpc(
         max_pairs=max_pairs,
         batch_size=batch_size,
         seed=seed,
+        part=part,
         params={"files": ["mrpc/msr_paraphrase_train.txt", "mrpc/msr_paraphrase_test.txt"]},
         notes="MRPC quality 1 = paraphrase (label 1 both ways); quality 0 = distractor (label 0).",
     )
@@ -395,6 +414,7 @@ def build_stsb(
     max_pairs: int = DEFAULT_MAX_PAIRS,
     batch_size: int = DEFAULT_BATCH_SIZE,
     seed: int = DEFAULT_SEED,
+    part: str = "all",
 ) -> Case:
     """STS Benchmark, SimCSE-style rows."""
     root = Path(data_dir) / "stsbenchmark"
@@ -406,6 +426,7 @@ def build_stsb(
         max_pairs=max_pairs,
         batch_size=batch_size,
         seed=seed,
+        part=part,
         params={
             "files": [f"stsbenchmark/sts-{s}.csv" for s in ("train", "dev", "test")],
             "paraphrase_min_score": STS_PARAPHRASE_MIN,
@@ -544,6 +565,7 @@ def build_qa_split(
     max_pairs: int = DEFAULT_MAX_PAIRS,
     batch_size: int = DEFAULT_BATCH_SIZE,
     seed: int = DEFAULT_SEED,
+    part: str = "all",
 ) -> Case:
     """SciFact query->document case: two rows cut from one abstract, each half holding a complete rationale.
 
@@ -664,11 +686,12 @@ def build_qa_split(
     two_sided = order(
         (c, d)
         for (c, d), sets in sf.rationales.items()
-        if balanced_cut(lengths(d), lambda k, s=sets: any(x[-1] < k for x in s) and any(x[0] >= k for x in s))
+        if in_part(c, part)
+        and balanced_cut(lengths(d), lambda k, s=sets: any(x[-1] < k for x in s) and any(x[0] >= k for x in s))
         is not None
     )
     para, _ = take(two_sided, max_pairs, same_document)
-    one_sided = order(key for key in sf.rationales if len(sf.sentences[key[1]]) >= 2)
+    one_sided = order(key for key in sf.rationales if in_part(key[0], part) and len(sf.sentences[key[1]]) >= 2)
     dist, _ = take(one_sided, min(max_pairs, len(para)), distractor)
     dropped["documents_without_matching_sentences"] = sf.unmatched_documents
     return write_case(
@@ -689,6 +712,7 @@ def build_qa_split(
             "max_pairs": max_pairs,
             "batch_size": batch_size,
             "seed": seed,
+            "part": part,
             "two_sided_candidates": len(two_sided),
             "one_sided_candidates": len(one_sided),
         },

@@ -31,6 +31,7 @@ from bench.quality.cases import (
     DEFAULT_MAX_PAIRS,
     DEFAULT_SEED,
     KINDS,
+    PARTS,
     Case,
     write_atomic,
 )
@@ -151,6 +152,7 @@ def evaluate_case(
             max_pairs=args.max_pairs,
             batch_size=args.batch_size,
             seed=args.seed,
+            part=args.part,
         )
     except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
         raise HarnessError(f"{name}: cannot build the case from {args.data}: {exc}") from exc
@@ -241,6 +243,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument(
+        "--part",
+        choices=PARTS,
+        default="all",
+        help="held-out protocol: build the cases from one fixed half of the source pairs (tune or test)",
+    )
     parser.add_argument(
         "--scan-args", default="", help='extra scan flags, one string: --scan-args "--max-hops 0" (or --scan-args=...)'
     )

@@ -50,6 +50,7 @@ def default_detectors(
     if cfg.link.max_hops > 0:
         detectors.append(LinkedDetector(cfg.link.max_hops))
     semantic: list[Detector] = []
+    store = margin = None
     if cfg.minhash.enabled:
         m = cfg.minhash
         semantic.append(MinHashDetector(m.threshold, m.num_perm, m.shingle, m.ngram, m.seed))
@@ -58,17 +59,30 @@ def default_detectors(
 
         e = cfg.embedding
         store = EmbeddingStore(e, progress)
-        semantic += [
-            EmbeddingDetector(store, e.positive_threshold),
-            AnchorEmbeddingDetector(store, e.anchor_threshold),
-            MarginDetector(store, e.absolute_margin, e.relative_margin, e.margin_support, e.margin),
-        ]
-    if cfg.policy.number_guard_words > 0:
-        from contrast_audit.evidence.numbers import NumberGuard, NumberGuarded
+        semantic += [EmbeddingDetector(store, e.positive_threshold), AnchorEmbeddingDetector(store, e.anchor_threshold)]
+        margin = MarginDetector(store, e.absolute_margin, e.relative_margin, e.margin_support, e.margin)
+    relevance = [margin] if margin is not None else []
+    return detectors + _guarded(cfg, semantic, align_with=store) + _guarded(cfg, relevance, align_with=None)
 
-        guard = NumberGuard(cfg.policy.number_guard_words)
-        semantic = [NumberGuarded(d, guard) for d in semantic]
-    return detectors + semantic
+
+def _guarded(cfg: AuditConfig, semantic: list[Detector], align_with) -> list[Detector]:
+    """The guards of semantic evidence: the number guard for all of it; the alignment guard, with
+    the embedding store ``align_with``, for near-duplicate claims only (the margin rule is a
+    relevance claim: two answers to one question need not align)."""
+    from contrast_audit.evidence.guards import Guarded
+
+    guards: list = []
+    policy = cfg.policy
+    if policy.number_guard_words > 0:
+        from contrast_audit.evidence.numbers import NumberGuard
+
+        guards.append(NumberGuard(policy.number_guard_words))
+    if align_with is not None and policy.alignment_threshold > 0:
+        from contrast_audit.evidence.guards import AlignmentGuard
+        from contrast_audit.tokens import TokenStore
+
+        guards.append(AlignmentGuard(TokenStore(align_with), policy.alignment_threshold, policy.alignment_words))
+    return [Guarded(d, guards) for d in semantic] if guards else semantic
 
 
 __all__ = [

@@ -7,7 +7,9 @@
   paraphrase of this anchor (cosine ≥ ``anchor_threshold``): ``likely``.
 - ``margin``: the candidate scores against the anchor within a margin of the anchor's own positive,
   ``sim(a, c) > sim(a, p) - absolute_margin`` or ``sim(a, c) > sim(a, p) * (1 - relative_margin)``
-  (GISTEmbedLoss / mine_hard_negatives vocabulary): ``suspect``.
+  (GISTEmbedLoss / mine_hard_negatives vocabulary): ``suspect``; ``likely`` when the candidate is
+  also within ``support`` cosine of the positive. Rows whose positive is the anchor itself are
+  left to ``embedding``.
 
 Identical texts are left to the ``exact`` detector.
 """
@@ -70,10 +72,18 @@ class EmbeddingDetector(_CosineDetector):
     name = "embedding"
     description = "candidate is a near-duplicate, by embedding cosine, of the anchor row's positive (or anchor)"
 
+    def _target(self, pairs: Pairs) -> np.ndarray:
+        query_candidates = pairs.direction in ("query_to_query", "doc_to_query")
+        return (self.corpus.anchor if query_candidates else self.corpus.positive)[pairs.anchor_row]
+
+    def compared(self, pairs: Pairs) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The texts this evidence says are near-duplicates (for the guards)."""
+        return [(self._target(pairs), pairs.cand_tid)]
+
     def detect(self, pairs: Pairs) -> Hits:
-        c, s = self.corpus, self.store
-        space, query_candidates = _candidate_space(s, pairs)
-        target = c.anchor[pairs.anchor_row] if query_candidates else c.positive[pairs.anchor_row]
+        s = self.store
+        space, _ = _candidate_space(s, pairs)
+        target = self._target(pairs)
         score = s.cosine(space, space, target, pairs.cand_tid)
         mask = (score >= self.threshold) & (target != pairs.cand_tid)
         return Hits(
@@ -87,6 +97,9 @@ class EmbeddingDetector(_CosineDetector):
 class AnchorEmbeddingDetector(_CosineDetector):
     name = "anchor-embedding"
     description = "candidate is the positive of a row whose anchor paraphrases this anchor (embedding cosine)"
+
+    def compared(self, pairs: Pairs) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [(self.corpus.anchor[pairs.anchor_row], self.corpus.anchor[pairs.cand_row])]
 
     def detect(self, pairs: Pairs) -> Hits:
         c, s = self.corpus, self.store
@@ -126,7 +139,10 @@ class MarginDetector(_CosineDetector):
     def detect(self, pairs: Pairs) -> Hits:
         c, s = self.corpus, self.store
         cand, pos = pair_scores(s, c, pairs)
-        same = (pairs.cand_tid == c.anchor[pairs.anchor_row]) | (pairs.cand_tid == c.positive[pairs.anchor_row])
+        anchor, positive = c.anchor[pairs.anchor_row], c.positive[pairs.anchor_row]
+        # A row whose positive is its anchor (SimCSE-style) has sim(a, p) = 1: the rule would be a
+        # cosine threshold on the anchor, a near-duplicate claim the embedding detector judges.
+        same = (pairs.cand_tid == anchor) | (pairs.cand_tid == positive) | (anchor == positive)
         if self.relative_margin is not None:
             threshold = 1.0 - self.relative_margin
             score = np.divide(cand, pos, out=np.zeros_like(cand), where=pos > 0).astype(np.float64)

@@ -13,6 +13,8 @@ import numpy as np
 import polars as pl
 
 from contrast_audit.corpus import Corpus
+from contrast_audit.evidence.base import Pairs
+from contrast_audit.evidence.guards import row_texts, short_texts
 
 NUMBER = r"\d+(?:[.,]\d+)*"
 
@@ -22,13 +24,13 @@ class NumberGuard:
         self.max_words = max_words
 
     def prepare(self, corpus: Corpus) -> None:
-        norm = corpus.texts.select(
-            pl.col("norm").str.extract_all(NUMBER).list.unique().list.sort().list.join(" ").alias("numbers"),
-            pl.col("norm").str.split(" ").list.len().alias("words"),
-        )
+        self.corpus = corpus
+        numbers = corpus.texts.select(
+            pl.col("norm").str.extract_all(NUMBER).list.unique().list.sort().list.join(" ")
+        ).to_series()
         # Equal number sets get equal codes: a dense rank of the joined, sorted numbers.
-        self.code = norm.get_column("numbers").rank("dense").cast(pl.Int64).to_numpy()
-        self.short = (norm.get_column("words") <= self.max_words).to_numpy()
+        self.code = numbers.rank("dense").cast(pl.Int64).to_numpy()
+        self.short = short_texts(corpus, self.max_words)
 
     def disagree(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
         """True where texts ``u`` and ``v`` are both short and carry different numbers."""
@@ -36,36 +38,10 @@ class NumberGuard:
             return np.zeros(u.shape[0], dtype=bool)
         return self.short[u] & self.short[v] & (self.code[u] != self.code[v])
 
-
-class NumberGuarded:
-    """A semantic detector whose hits are dropped where the candidate disagrees on numbers with
-    both the anchor and the positive of the anchor row."""
-
-    def __init__(self, inner, guard: NumberGuard) -> None:
-        self.inner = inner
-        self.guard = guard
-        self.name = inner.name
-        self.description = inner.description
-
-    @property
-    def store(self):
-        return getattr(self.inner, "store", None)
-
-    def prepare(self, corpus: Corpus) -> None:
-        self.corpus = corpus
-        self.inner.prepare(corpus)
-        self.guard.prepare(corpus)
-
-    def detect(self, pairs):
-        from dataclasses import replace
-
-        hits = self.inner.detect(pairs)
-        c = self.corpus
-        # Vetoed only when the candidate disagrees with both texts of the anchor row: semantic
-        # evidence may have matched either of them.
-        anchor, positive = c.anchor[pairs.anchor_row], c.positive[pairs.anchor_row]
-        veto = self.guard.disagree(anchor, pairs.cand_tid) & self.guard.disagree(positive, pairs.cand_tid)
-        return replace(hits, mask=hits.mask & ~veto)
+    def veto(self, detector, pairs: Pairs, mask: np.ndarray) -> np.ndarray:
+        """Vetoed where the candidate disagrees with both texts of the anchor row."""
+        (anchor, cand), (positive, _) = row_texts(self.corpus, pairs)
+        return mask & self.disagree(anchor, cand) & self.disagree(positive, cand)
 
     def info(self) -> dict:
-        return {**self.inner.info(), "number_guard_words": self.guard.max_words}
+        return {"number_guard_words": self.max_words}

@@ -252,6 +252,24 @@ def test_mrpc_case_is_deterministic_and_capped(data_dir: Path, tmp_path: Path) -
     assert json.loads((tmp_path / "a" / "case.json").read_text())["pairs"] == {"paraphrase": 2, "distractor": 2}
 
 
+def test_tune_and_test_parts_split_the_source_pairs(data_dir: Path, tmp_path: Path) -> None:
+    keys = [f"mrpc-train-{i}" for i in range(200)]
+    tune = {k for k in keys if cases.in_part(k, "tune")}
+    test = {k for k in keys if cases.in_part(k, "test")}
+    assert tune and test and not tune & test and tune | test == set(keys)
+    assert all(cases.in_part(k, "all") for k in keys)
+    with pytest.raises(ValueError, match="part must be one of"):
+        cases.in_part("x", "dev")
+    halves = {}
+    for part in ("tune", "test"):
+        build_mrpc(data_dir, tmp_path / part, max_pairs=10, batch_size=4, seed=3, part=part)
+        rows = [json.loads(line) for line in (tmp_path / part / "pairs.jsonl").read_text().splitlines()]
+        halves[part] = {r["id"].rsplit("-", 1)[0] for r in rows}  # the source pair of each row
+        assert halves[part] and all(cases.in_part(uid, part) for uid in halves[part])
+        assert json.loads((tmp_path / part / "case.json").read_text())["params"]["part"] == part
+    assert not halves["tune"] & halves["test"]
+
+
 def test_mrpc_rejects_a_malformed_file(data_dir: Path, tmp_path: Path) -> None:
     path = data_dir / "mrpc" / "msr_paraphrase_test.txt"
     path.write_bytes(path.read_bytes() + b"1\t1\t2\tonly four fields\r\n")

@@ -13,6 +13,7 @@ from contrast_audit.embed import EmbeddingStore
 from contrast_audit.errors import ConfigError
 from contrast_audit.evidence import LIKELY, REGISTRY, SUSPECT, Pairs, default_detectors
 from contrast_audit.evidence.embedding import AnchorEmbeddingDetector, EmbeddingDetector, MarginDetector
+from contrast_audit.evidence.guards import AlignmentGuard
 
 
 class FixedStore(EmbeddingStore):
@@ -116,12 +117,14 @@ def test_policy_wires_detectors_from_config():
     names = [d.name for d in detectors]
     assert set(names) == set(REGISTRY)  # every detector a scan runs is registered, and vice versa
     assert names == ["exact", "same-anchor", "declared", "linked", "minhash", "embedding", "anchor-embedding", "margin"]
-    margin = detectors[-1].inner  # semantic detectors sit behind the number guard
+    margin = detectors[-1].inner  # semantic detectors sit behind the guards
     assert detectors[-1].info()["number_guard_words"] == 50
+    assert "alignment_threshold" not in detectors[-1].info()  # the margin rule is not a near-duplicate claim
+    assert detectors[-2].info()["alignment_threshold"] == 0.84
     assert (margin.relative_margin, margin.absolute_margin, margin.support, margin.report_suspects) == (
-        0.1,
+        0.25,
         None,
-        0.55,
+        0.6,
         False,
     )
     absolute = default_detectors(
@@ -134,10 +137,25 @@ def test_policy_wires_detectors_from_config():
         build_config({"absolute_margin": 0.1, "relative_margin": 0.05})
     with pytest.raises(ConfigError):
         build_config({"positive_threshold": 1.5})
+    with pytest.raises(ConfigError):
+        build_config({"alignment": 1.2})
+    unaligned = default_detectors(build_config({"alignment": 0}))
+    assert all(not any(isinstance(g, AlignmentGuard) for g in d.guards) for d in unaligned if hasattr(d, "guards"))
+
+
+def test_margin_leaves_rows_whose_positive_is_the_anchor_to_the_embedding_detector():
+    # SimCSE-style rows (s, s): sim(a, p) = 1, so the rule would only be a cosine threshold on the anchor.
+    rows = [("q0", "q0"), ("d1", "d1")]
+    c = corpus_of(rows)
+    store = FixedStore({"q0": [1, 0, 0, 0], "d1": [1, 0.1, 0, 0]})
+    det = prepared(MarginDetector(store, None, 0.5, support=0.0, report_suspects=True), c)
+    assert det.detect(q2d_pairs(c, [0, 1], [1, 0])).mask.tolist() == [False, False]
+    assert prepared(EmbeddingDetector(store, 0.9), c).detect(q2d_pairs(c, [0], [1])).mask.tolist() == [True]
 
 
 def test_number_guard_vetoes_short_texts_that_disagree_on_numbers():
-    from contrast_audit.evidence.numbers import NumberGuard, NumberGuarded
+    from contrast_audit.evidence.guards import Guarded
+    from contrast_audit.evidence.numbers import NumberGuard
 
     rows = [
         ("cable", "Acme USB-C cable, 2 m, braided"),
@@ -146,11 +164,11 @@ def test_number_guard_vetoes_short_texts_that_disagree_on_numbers():
     ]
     c = corpus_of(rows)
     vectors = {t: [1.0, 0.01 * i, 0, 0] for i, t in enumerate(c.texts.get_column("text").to_list())}
-    guarded = NumberGuarded(EmbeddingDetector(FixedStore(vectors), 0.9), NumberGuard(50))
+    guarded = Guarded(EmbeddingDetector(FixedStore(vectors), 0.9), [NumberGuard(50)])
     guarded.prepare(c)
     hits = guarded.detect(q2d_pairs(c, [0, 0], [1, 2]))
     assert hits.mask.tolist() == [False, True]
-    off = NumberGuarded(EmbeddingDetector(FixedStore(vectors), 0.9), NumberGuard(0))
+    off = Guarded(EmbeddingDetector(FixedStore(vectors), 0.9), [NumberGuard(0)])
     off.prepare(c)
     assert off.detect(q2d_pairs(c, [0, 0], [1, 2])).mask.tolist() == [True, True]
     long = NumberGuard(3)  # both texts longer than 3 words: passages are never vetoed
@@ -159,12 +177,13 @@ def test_number_guard_vetoes_short_texts_that_disagree_on_numbers():
 
 
 def test_number_guard_keeps_matches_that_agree_with_the_anchor():
-    from contrast_audit.evidence.numbers import NumberGuard, NumberGuarded
+    from contrast_audit.evidence.guards import Guarded
+    from contrast_audit.evidence.numbers import NumberGuard
 
     # The candidate repeats the anchor's number; the positive has none: no veto.
     rows = [("fix error 429 from the api", "slow down and retry later"), ("x", "fix error 429 from the api quickly")]
     c = corpus_of(rows)
     vectors = {t: [1.0, 0.01 * i, 0, 0] for i, t in enumerate(c.texts.get_column("text").to_list())}
-    guarded = NumberGuarded(EmbeddingDetector(FixedStore(vectors), 0.5), NumberGuard(50))
+    guarded = Guarded(EmbeddingDetector(FixedStore(vectors), 0.5), [NumberGuard(50)])
     guarded.prepare(c)
     assert guarded.detect(q2d_pairs(c, [0], [1])).mask.tolist() == [True]
