@@ -165,7 +165,7 @@ PlanFile = Annotated[
 Directions = Annotated[
     list[str] | None,
     _opt(
-        "Loss directions (MultipleNegativesRankingLoss): query_to_doc, query_to_query, doc_to_query, doc_to_doc; repeat or comma-separate.  \\[default: query_to_doc]",
+        "Loss directions (MultipleNegativesRankingLoss): query_to_doc (required), query_to_query, doc_to_query, doc_to_doc; repeat or comma-separate.  \\[default: query_to_doc]",
         "Loss",
     ),
 ]

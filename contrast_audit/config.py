@@ -177,6 +177,12 @@ class LossConfig:
                 f"directions must be a non-empty subset of {', '.join(DIRECTIONS)}, "
                 f"got {', '.join(self.directions) or 'nothing'}"
             )
+        if "query_to_doc" not in self.directions:
+            raise ConfigError(
+                "directions must include query_to_doc: MultipleNegativesRankingLoss always scores it "
+                "(it holds the positive pair)",
+                fix="add query_to_doc, e.g. --directions query_to_doc --directions doc_to_query",
+            )
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import functools
 import hashlib
 import os
 import tempfile
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,21 +53,24 @@ class ShardCache:
     def __init__(self, directory: Path) -> None:
         self.dir = directory
 
+    def paths(self) -> list[Path]:
+        return sorted(self.dir.glob("shard-*.npz")) if self.dir.is_dir() else []
+
+    @staticmethod
+    def load(path: Path, fields: tuple[str, ...]) -> dict[str, np.ndarray] | None:
+        """One shard's ``fields``; None when the shard is damaged or lacks one of them."""
+        try:
+            with np.load(path) as data:
+                return {f: data[f] for f in fields}
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+            return None
+
     def read(self, fields: tuple[str, ...]) -> dict[str, np.ndarray] | None:
         """Every shard's ``fields``, concatenated in shard-name order; None when nothing is stored."""
-        shards = sorted(self.dir.glob("shard-*.npz")) if self.dir.is_dir() else []
-        parts: dict[str, list[np.ndarray]] = {f: [] for f in fields}
-        for shard in shards:
-            try:
-                with np.load(shard) as data:
-                    loaded = {f: data[f] for f in fields}
-            except (OSError, ValueError, KeyError):
-                continue
-            for f in fields:
-                parts[f].append(loaded[f])
-        if not parts[fields[0]]:
+        loaded = [part for path in self.paths() if (part := self.load(path, fields)) is not None]
+        if not loaded:
             return None
-        return {f: np.concatenate(v) for f, v in parts.items()}
+        return {f: np.concatenate([part[f] for part in loaded]) for f in fields}
 
     def write(self, keys: np.ndarray, **arrays: np.ndarray) -> None:
         if keys.shape[0] == 0:

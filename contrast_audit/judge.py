@@ -165,9 +165,12 @@ def judge(
             if progress:
                 progress(stop - start)
     findings = _finish(frames, directions)
+    mislabelled = mislabelled_negatives(corpus, detectors)
+    for d in detectors:  # detectors that buffer work (the token cache) complete it here
+        getattr(d, "finish", lambda: None)()
     return Judgement(
         findings=findings,
-        mislabelled=mislabelled_negatives(corpus, detectors),
+        mislabelled=mislabelled,
         candidates=sum(by_direction.values()),
         candidates_by_direction=by_direction,
         candidates_per_row=per_row,

@@ -15,6 +15,7 @@ the scanned corpus: every distinct text, or an evenly spaced sample of ``IDF_SAM
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,71 @@ from contrast_audit.embed import EmbeddingStore, ShardCache, find_keys, text_key
 
 IDF_SAMPLE = 50_000
 TOKEN_PROMPT = "tokens:v1:"  # the cache key's prefix: token embeddings never collide with sentence vectors
+FLUSH_TEXTS = 4096  # new token matrices written to the cache per shard
+
+
+class TokenCache:
+    """Token matrices (float16, one row per token) in shards of ``keys``, ``lengths`` and the rows
+    of all their texts, ``vectors``. Only keys and lengths are read up front; a shard's vectors are
+    read when one of its texts is needed. New matrices are written in shards of ``FLUSH_TEXTS``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.shards = ShardCache(directory)
+        self.paths: list[Path] = []
+        self.keys: np.ndarray | None = None
+        self.pending: list[tuple[bytes, np.ndarray]] = []
+
+    def _index(self) -> None:
+        keys, shard, start, length = [], [], [], []
+        self.paths = self.shards.paths()
+        for number, path in enumerate(self.paths):
+            part = self.shards.load(path, ("keys", "lengths"))
+            if part is None:
+                continue
+            keys.append(part["keys"])
+            shard.append(np.full(part["keys"].shape[0], number))
+            start.append(np.concatenate([[0], np.cumsum(part["lengths"])[:-1]]).astype(np.int64))
+            length.append(part["lengths"].astype(np.int64))
+        empty = np.zeros(0, dtype=np.int64)
+        self.keys = np.concatenate(keys) if keys else np.zeros(0, dtype="S16")
+        self.shard = np.concatenate(shard) if shard else empty
+        self.start = np.concatenate(start) if start else empty
+        self.length = np.concatenate(length) if length else empty
+
+    def lookup(self, keys: np.ndarray) -> dict[int, np.ndarray]:
+        """Matrices of the cached ``keys``, by position in ``keys``."""
+        if self.keys is None:
+            self._index()
+        if self.keys.shape[0] == 0:
+            return {}
+        found, index = find_keys(self.keys, keys)
+        out: dict[int, np.ndarray] = {}
+        slots = np.flatnonzero(found)
+        for number in np.unique(self.shard[index]):
+            part = self.shards.load(self.paths[number], ("vectors",))
+            if part is None:
+                continue  # damaged since it was indexed: those texts are encoded again
+            for slot, at in zip(slots, index, strict=True):
+                if self.shard[at] == number and self.start[at] + self.length[at] <= part["vectors"].shape[0]:
+                    out[int(slot)] = part["vectors"][self.start[at] : self.start[at] + self.length[at]]
+        return out
+
+    def add(self, keys: np.ndarray, mats: list[np.ndarray]) -> None:
+        self.pending += list(zip(keys.tolist(), mats, strict=True))
+        if len(self.pending) >= FLUSH_TEXTS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        keys = np.array([k for k, _ in self.pending], dtype="S16")
+        mats = [m for _, m in self.pending]
+        self.pending = []
+        try:
+            lengths = np.array([m.shape[0] for m in mats], dtype=np.int64)
+            self.shards.write(keys, lengths=lengths, vectors=np.concatenate(mats))
+        except OSError:
+            pass  # a read-only cache directory only costs a re-encode next time
 
 
 class TokenStore:
@@ -36,13 +102,16 @@ class TokenStore:
         self.memo: dict[tuple[int, int], float] = {}
         self.idf: np.ndarray | None = None
         self.idf_texts = 0
-        self.stats = {"token_texts_encoded": 0, "token_texts_cached": 0}
-        self._stored: dict[str, np.ndarray] | None = None
-        self._stored_read = False
+        self.stats = {"token_texts_encoded": 0, "token_texts_cached": 0, "token_fallbacks": 0}
+        self.cache: TokenCache | None = None
 
     def prepare(self, corpus: Corpus) -> None:
+        if getattr(self, "corpus", None) is corpus:
+            return  # shared by every guarded detector of a scan
         self.store.prepare(corpus)
+        self.corpus = corpus
         self.texts = corpus.texts.get_column("text").to_list()
+        self.vectors, self.weights, self.memo, self.idf, self.idf_texts = {}, {}, {}, None, 0
 
     def _tokenizer(self):
         st = self.store.model()
@@ -76,39 +145,38 @@ class TokenStore:
         texts = [self.texts[t] for t in need]
         ids = self._token_ids(texts)
         keys = text_keys(texts, TOKEN_PROMPT)
-        cache = ShardCache(self.store.cache_root() / "tokens" / self.store.source.fingerprint()[:16])
-        found = np.zeros(len(need), dtype=bool)
+        cached: dict[int, np.ndarray] = {}
         if self.store.cfg.use_cache:
-            if not self._stored_read:  # read once per scan: later texts are kept in memory
-                self._stored, self._stored_read = cache.read(("keys", "lengths", "vectors")), True
-            stored = self._stored
-            if stored is not None:
-                found, index = find_keys(stored["keys"], keys)
-                starts = np.concatenate([[0], np.cumsum(stored["lengths"])])
-                for slot, at in zip(np.flatnonzero(found), index, strict=True):
-                    self._keep(need[slot], ids[slot], stored["vectors"][starts[at] : starts[at + 1]])
-        missing = np.flatnonzero(~found)
+            if self.cache is None:
+                self.cache = TokenCache(self.store.cache_root() / "tokens" / self.store.source.fingerprint()[:16])
+            cached = self.cache.lookup(keys)
+        for slot, mat in cached.items():
+            self._keep(need[slot], ids[slot], mat)
+        missing = np.array([i for i in range(len(need)) if i not in cached], dtype=np.int64)
         if missing.size:
             encoded = self.store.model().encode(
                 [texts[i] for i in missing],
+                prompt="",  # no role prompt: its tokens would align with themselves
                 output_value="token_embeddings",
                 batch_size=self.store.cfg.batch_size,
                 show_progress_bar=False,
             )
-            mats = [np.asarray(m.float().cpu().numpy(), dtype=np.float16) for m in encoded]
+            mats = []
+            for m in encoded:
+                rows = m.float().cpu().numpy()
+                rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+                mats.append(rows.astype(np.float16))
             for slot, mat in zip(missing, mats, strict=True):
                 self._keep(need[slot], ids[slot], mat)
-            if self.store.cfg.use_cache:
-                try:
-                    cache.write(
-                        keys[missing],
-                        lengths=np.array([m.shape[0] for m in mats], dtype=np.int64),
-                        vectors=np.concatenate(mats),
-                    )
-                except OSError:
-                    pass  # a read-only cache directory only costs a re-encode next time
+            if self.cache is not None:
+                self.cache.add(keys[missing], mats)
         self.stats["token_texts_encoded"] += int(missing.size)
-        self.stats["token_texts_cached"] += int(found.sum())
+        self.stats["token_texts_cached"] += len(cached)
+
+    def finish(self) -> None:
+        """Write what is still buffered for the cache (called once, after the last comparison)."""
+        if self.cache is not None:
+            self.cache.flush()
 
     def _keep(self, tid: int, ids: list[int], mat: np.ndarray) -> None:
         if self.idf is not None and len(ids) == mat.shape[0]:
@@ -116,6 +184,7 @@ class TokenStore:
         else:  # a model whose own preprocessing tokenises differently: uniform weights, ends dropped
             weights = np.ones(mat.shape[0])
             weights[[0, -1]] = 0.0
+            self.stats["token_fallbacks"] += 1
         keep = weights > 0
         vecs = mat[keep].astype(np.float32)
         norms = np.linalg.norm(vecs, axis=1, keepdims=True)
@@ -139,7 +208,7 @@ class TokenStore:
         ea, eb = self.vectors[a], self.vectors[b]
         wa, wb = self.weights[a], self.weights[b]
         if ea.shape[0] == 0 or eb.shape[0] == 0 or wa.sum() <= 0 or wb.sum() <= 0:
-            return 0.0
+            return 1.0  # nothing weighted to compare (only unknown or ubiquitous tokens): no evidence against
         sim = ea @ eb.T
         recall = float((sim.max(axis=1) * wa).sum() / wa.sum())
         precision = float((sim.max(axis=0) * wb).sum() / wb.sum())

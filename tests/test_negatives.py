@@ -46,7 +46,8 @@ def run(*args: str):
 
 def test_scan_reports_paraphrased_answers_with_embedding_evidence(pairs_file):
     # Reworded answers to reworded questions: their tokens align too little for a near-duplicate
-    # claim between short texts, so the margin rule (a relevance claim, corroborated) reports them.
+    # claim between short texts, so the margin rule (a relevance claim, corroborated) reports them;
+    # without the alignment guard the embedding detectors do too.
     path = pairs_file(ROWS)
     result = run("scan", str(path), "--batch-size", "8", "--format", "json", "-q")
     assert result.exit_code == 0, result.output
@@ -55,6 +56,11 @@ def test_scan_reports_paraphrased_answers_with_embedding_evidence(pairs_file):
     finding = pairs[("pw", "pw2")]
     kinds = {e["kind"] for e in finding["evidence"]}
     assert kinds & {"embedding", "anchor-embedding", "margin"} and finding["severity"] == "likely"
+    unaligned = json.loads(
+        run("scan", str(path), "--batch-size", "8", "--format", "json", "-q", "--alignment", "0").stdout
+    )
+    bare = {(f["anchor_id"], f["candidate_id"]): f for f in unaligned["findings"]}[("pw", "pw2")]
+    assert {e["kind"] for e in bare["evidence"]} >= {"embedding", "anchor-embedding"}
     emb = report["detectors"]["embedding"]
     assert emb["token_texts_encoded"] + emb["token_texts_cached"] > 0  # the alignment guard was consulted
     assert emb["model"] == "sentence-transformers/all-MiniLM-L6-v2" and emb["similarity"] == "cosine"

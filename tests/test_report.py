@@ -109,7 +109,12 @@ def test_build_config_validates_values():
     cfg = build_config({"batch_size": 16, "directions": "query_to_doc,doc_to_query".split(",")})
     assert cfg.plan.batch_size == 16 and cfg.loss.directions == ("query_to_doc", "doc_to_query")
     assert AuditConfig(plan=PlanConfig(seed=1)).to_dict()["plan"]["seed"] == 1
-    for bad in ({"batch_size": 0}, {"directions": ["sideways"]}, {"sampler": "shuffle"}):
+    for bad in (
+        {"batch_size": 0},
+        {"directions": ["sideways"]},
+        {"directions": ["doc_to_query"]},
+        {"sampler": "shuffle"},
+    ):
         try:
             build_config(bad)
         except Exception as exc:  # noqa: BLE001

@@ -38,22 +38,36 @@ def tokens_for(rows, cache_dir):
 
 def test_alignment_drops_when_one_text_carries_content_the_other_lacks(tmp_path):
     _, tokens, tid = tokens_for(ROWS, tmp_path)
-    u = np.array([tid[BASE], tid[BASE], tid[EXTRA], tid[BASE]])
-    v = np.array([tid[NEAR], tid[EXTRA], tid[BASE], tid[BASE]])
-    near, extra, extra_back, itself = tokens.alignment(u, v)
-    assert itself == 1.0
-    assert extra == pytest.approx(extra_back)  # min(precision, recall) is symmetric
+    near, extra = tokens.alignment(np.array([tid[BASE], tid[BASE]]), np.array([tid[NEAR], tid[EXTRA]]))
     assert near > 0.9 and extra < 0.8
+    # min(precision, recall) is symmetric, and a text aligns fully with itself (computed, not memoised).
+    assert tokens._align(tid[EXTRA], tid[BASE]) == pytest.approx(tokens._align(tid[BASE], tid[EXTRA]))
+    assert tokens._align(tid[BASE], tid[BASE]) == pytest.approx(1.0, abs=1e-3)
 
 
 def test_token_vectors_come_from_the_cache_on_a_rerun(tmp_path):
     _, first, tid = tokens_for(ROWS, tmp_path)
     u, v = np.array([tid[BASE], tid[BASE]]), np.array([tid[NEAR], tid[EXTRA]])
     scores = first.alignment(u, v)
-    assert first.stats == {"token_texts_encoded": 3, "token_texts_cached": 0}
+    assert (first.stats["token_texts_encoded"], first.stats["token_texts_cached"]) == (3, 0)
+    assert first.stats["token_fallbacks"] == 0  # the model's own tokenisation matched every text
+    first.finish()  # writes the buffered matrices as one shard
     _, again, _ = tokens_for(ROWS, tmp_path)
-    assert again.alignment(u, v) == pytest.approx(scores, abs=1e-3)  # cached as float16
-    assert again.stats == {"token_texts_encoded": 0, "token_texts_cached": 3}
+    assert again.alignment(u, v) == pytest.approx(scores, abs=1e-6)
+    assert (again.stats["token_texts_encoded"], again.stats["token_texts_cached"]) == (0, 3)
+    # Texts spread over several shards are all found; a damaged shard only costs a re-encode.
+    again.alignment(np.array([tid[ROWS[2][0]]]), np.array([tid[ROWS[3][0]]]))
+    again.finish()
+    shards = sorted((tmp_path / "tokens").glob("*/shard-*.npz"))
+    assert len(shards) == 2
+    _, third, _ = tokens_for(ROWS, tmp_path)
+    third.ensure(np.array([tid[BASE], tid[NEAR], tid[EXTRA], tid[ROWS[2][0]], tid[ROWS[3][0]]]))
+    assert (third.stats["token_texts_encoded"], third.stats["token_texts_cached"]) == (0, 5)
+    shards[0].write_bytes(b"not a zip file")
+    _, fourth, _ = tokens_for(ROWS, tmp_path)
+    fourth.ensure(np.array([tid[BASE], tid[NEAR], tid[EXTRA], tid[ROWS[2][0]], tid[ROWS[3][0]]]))
+    assert fourth.stats["token_texts_encoded"] + fourth.stats["token_texts_cached"] == 5
+    assert 0 < fourth.stats["token_texts_encoded"] < 5
 
 
 def test_the_guard_checks_the_texts_each_detector_compared(tmp_path):

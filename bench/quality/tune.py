@@ -18,8 +18,9 @@ scores the policy
 (align: the token alignment of two short texts; 1 when either is long) for each (T, S, m, J, B) on the grid. Selection rule, fixed before the run:
 among the settings that meet both targets on every case — F1 beating the case's best peer rule by
 at least --lead (0.10; peers' F1 given with --peer-f1) and precision at least --precision (0.90) —
-the one with the largest smallest F1 lead, then the highest worst-case precision; when none meets
-both, the lead-meeting setting with the highest worst-case precision. Run it on the ``tune`` half
+the one with the largest smallest F1 lead, where leads within --tie (0.005, about one labelled pair
+of a case) of the best count as tied and the tie goes to the highest worst-case precision; when none
+meets both, the lead-meeting setting with the highest worst-case precision. Run it on the ``tune`` half
 (``run --part tune``) and report on the ``test`` half, which the choice never saw.
 """
 
@@ -44,7 +45,7 @@ from contrast_audit.io import load_rows
 from contrast_audit.tokens import TokenStore
 
 GRID = {
-    "T": [0.85, 0.875, 0.9, 0.925, 0.95],
+    "T": [0.8, 0.825, 0.85, 0.875, 0.9, 0.925, 0.95],
     "S": [0.5, 0.55, 0.6, 0.65, 0.7, 0.75],
     "m": [0.05, 0.1, 0.15, 0.2, 0.25, 0.3],
     # MinHash flags under 1% of the labelled pairs of these cases and moves no F1 by more than
@@ -120,7 +121,9 @@ def flags(col: dict[str, np.ndarray], t: float, s: float, m: float, j: float, b:
         | ((col["s_aa"] >= t) & (col["align_aa"] >= b))
         | ((col["jaccard"] >= j) & (col["align_row"] >= b))
     )
-    margin = (col["s_pc"] >= s) & (col["s_ac"] > col["s_ap"] * (1 - m)) & ~col["same_ap"]
+    # The same expression as MarginDetector: the float32 ratio, compared in float64.
+    ratio = np.divide(col["s_ac"], col["s_ap"], out=np.zeros_like(col["s_ac"]), where=col["s_ap"] > 0)
+    margin = (col["s_pc"] >= s) & (col["s_ap"] > 0) & (ratio.astype(np.float64) > 1.0 - m) & ~col["same_ap"]
     return (near | margin) & ~col["guard"]
 
 
@@ -131,6 +134,7 @@ def main() -> None:
     parser.add_argument("--peer-f1", nargs="+", type=float, help="best peer F1 per case, in --cases order")
     parser.add_argument("--lead", type=float, default=0.10)
     parser.add_argument("--precision", type=float, default=0.90)
+    parser.add_argument("--tie", type=float, default=0.005, help="smallest leads this close to the best count as tied")
     parser.add_argument("--number-guard", type=int, default=50, help="the scan's --number-guard (0: off)")
     parser.add_argument("--show", type=int, default=10)
     args = parser.parse_args()
@@ -148,7 +152,12 @@ def main() -> None:
         ranked.append((meets, lead >= args.lead, lead, worst_precision, setting, scores))
     # Settings meeting both targets on every case first, by smallest F1 lead (then worst-case
     # precision); then those meeting the lead alone, by worst-case precision.
-    ranked.sort(key=lambda r: (r[0], r[1], r[2] if r[0] else r[3], r[3] if r[0] else r[2]), reverse=True)
+    best = max((r[2] for r in ranked if r[0]), default=None)
+
+    def tied(r) -> bool:  # within --tie of the best smallest lead: decided by worst-case precision
+        return r[0] and best is not None and r[2] >= best - args.tie
+
+    ranked.sort(key=lambda r: (r[0], tied(r), r[1], r[3] if tied(r) else r[2] if r[0] else r[3], r[2]), reverse=True)
     # (a stable sort: among equal settings the grid order decides, the smaller values first)
     print(f"{sum(r[0] for r in ranked)} of {len(ranked)} settings meet both targets on every case")
     print("| T | S | m | J | B | smallest F1 lead | " + " | ".join(f"{n} P / R / F1" for n in args.cases) + " |")

@@ -61,28 +61,32 @@ def default_detectors(
         store = EmbeddingStore(e, progress)
         semantic += [EmbeddingDetector(store, e.positive_threshold), AnchorEmbeddingDetector(store, e.anchor_threshold)]
         margin = MarginDetector(store, e.absolute_margin, e.relative_margin, e.margin_support, e.margin)
-    relevance = [margin] if margin is not None else []
-    return detectors + _guarded(cfg, semantic, align_with=store) + _guarded(cfg, relevance, align_with=None)
-
-
-def _guarded(cfg: AuditConfig, semantic: list[Detector], align_with) -> list[Detector]:
-    """The guards of semantic evidence: the number guard for all of it; the alignment guard, with
-    the embedding store ``align_with``, for near-duplicate claims only (the margin rule is a
-    relevance claim: two answers to one question need not align)."""
     from contrast_audit.evidence.guards import Guarded
 
-    guards: list = []
+    numbers, aligned = _guards(cfg, store)
+    guarded = [Guarded(d, numbers + aligned) for d in semantic] if numbers + aligned else semantic
+    # The margin rule is a relevance claim, not one of near-duplication (two answers to one question
+    # need not share wording): the number guard only.
+    if margin is not None:
+        guarded.append(Guarded(margin, numbers) if numbers else margin)
+    return detectors + guarded
+
+
+def _guards(cfg: AuditConfig, store) -> tuple[list, list]:
+    """The number guard, and the alignment guard when embeddings are on (``store``)."""
     policy = cfg.policy
+    numbers: list = []
+    aligned: list = []
     if policy.number_guard_words > 0:
         from contrast_audit.evidence.numbers import NumberGuard
 
-        guards.append(NumberGuard(policy.number_guard_words))
-    if align_with is not None and policy.alignment_threshold > 0:
+        numbers.append(NumberGuard(policy.number_guard_words))
+    if store is not None and policy.alignment_threshold > 0:
         from contrast_audit.evidence.guards import AlignmentGuard
         from contrast_audit.tokens import TokenStore
 
-        guards.append(AlignmentGuard(TokenStore(align_with), policy.alignment_threshold, policy.alignment_words))
-    return [Guarded(d, guards) for d in semantic] if guards else semantic
+        aligned.append(AlignmentGuard(TokenStore(store), policy.alignment_threshold, policy.alignment_words))
+    return numbers, aligned
 
 
 __all__ = [

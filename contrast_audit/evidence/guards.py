@@ -64,6 +64,10 @@ class Guarded:
         for guard in self.guards:
             guard.prepare(corpus)
 
+    def finish(self) -> None:
+        for guard in self.guards:
+            getattr(guard, "finish", lambda: None)()
+
     def detect(self, pairs: Pairs) -> Hits:
         hits = self.inner.detect(pairs)
         mask = hits.mask
@@ -90,9 +94,14 @@ class AlignmentGuard:
         self.max_words = max_words
 
     def prepare(self, corpus: Corpus) -> None:
+        if getattr(self, "corpus", None) is corpus:
+            return  # one guard serves several detectors
         self.corpus = corpus
         self.short = short_texts(corpus, self.max_words)
         self.tokens.prepare(corpus)
+
+    def finish(self) -> None:
+        self.tokens.finish()
 
     def veto(self, detector, pairs: Pairs, mask: np.ndarray) -> np.ndarray:
         compared = getattr(detector, "compared", None)
@@ -100,11 +109,13 @@ class AlignmentGuard:
         out = mask.copy()
         for u, v in comparisons:
             out &= self.short[u] & self.short[v]
-        idx = np.flatnonzero(out)
-        if idx.size == 0 or self.threshold <= 0:
+        if self.threshold <= 0:
             return np.zeros(mask.shape[0], dtype=bool)
-        for u, v in comparisons:
-            out[idx] &= self.tokens.alignment(u[idx], v[idx]) < self.threshold
+        for u, v in comparisons:  # each later comparison only where the earlier ones all failed
+            idx = np.flatnonzero(out)
+            if idx.size == 0:
+                break
+            out[idx] = self.tokens.alignment(u[idx], v[idx]) < self.threshold
         return out
 
     def info(self) -> dict[str, Any]:

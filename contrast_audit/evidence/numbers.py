@@ -24,6 +24,8 @@ class NumberGuard:
         self.max_words = max_words
 
     def prepare(self, corpus: Corpus) -> None:
+        if getattr(self, "corpus", None) is corpus:
+            return  # one guard serves several detectors
         self.corpus = corpus
         numbers = corpus.texts.select(
             pl.col("norm").str.extract_all(NUMBER).list.unique().list.sort().list.join(" ")
