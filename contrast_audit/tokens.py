@@ -65,13 +65,17 @@ class TokenCache:
         found, index = find_keys(self.keys, keys)
         out: dict[int, np.ndarray] = {}
         slots = np.flatnonzero(found)
-        for number in np.unique(self.shard[index]):
+        shard_of = self.shard[index]
+        for number in np.unique(shard_of):
             part = self.shards.load(self.paths[number], ("vectors",))
             if part is None:
                 continue  # damaged since it was indexed: those texts are encoded again
-            for slot, at in zip(slots, index, strict=True):
-                if self.shard[at] == number and self.start[at] + self.length[at] <= part["vectors"].shape[0]:
-                    out[int(slot)] = part["vectors"][self.start[at] : self.start[at] + self.length[at]]
+            rows = part["vectors"]
+            mine = np.flatnonzero(shard_of == number)
+            for slot, at in zip(slots[mine].tolist(), index[mine].tolist(), strict=True):
+                start, stop = self.start[at], self.start[at] + self.length[at]
+                if stop <= rows.shape[0]:
+                    out[slot] = rows[start:stop]
         return out
 
     def add(self, keys: np.ndarray, mats: list[np.ndarray]) -> None:
