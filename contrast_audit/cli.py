@@ -185,13 +185,20 @@ NumberGuardOpt = Annotated[
 Alignment = Annotated[
     float | None,
     _opt(
-        "Short texts whose token alignment (idf-weighted BERTScore min(P, R) with the embedding model) is below this are never near-duplicates; 0 turns this off.  \\[default: 0.84]",
+        "Short texts whose token alignment (the smaller idf-weighted share of each text's tokens matched in the other, with the embedding model) is below this are never near-duplicates; 0 turns this off.  \\[default: 0.8]",
         "Evidence",
     ),
 ]
 AlignmentWords = Annotated[
     int | None,
     _opt("Texts of at most N words count as short for the alignment guard.  \\[default: 50]", "Evidence"),
+]
+AlignmentMatch = Annotated[
+    float | None,
+    _opt(
+        "Token cosine at which a token is matched in the other text, for the alignment guard; 0 scores soft (BERTScore).  \\[default: 0.7]",
+        "Evidence",
+    ),
 ]
 MinHashOn = Annotated[
     bool | None, _opt("MinHash near-duplicate evidence.  \\[default: on]", "Evidence", "--minhash/--no-minhash")
@@ -228,11 +235,11 @@ UseCache = Annotated[
 ]
 PositiveThreshold = Annotated[
     float | None,
-    _opt("Cosine to the anchor's positive at which a candidate is a near-duplicate.  \\[default: 0.85]", "Embeddings"),
+    _opt("Cosine to the anchor's positive at which a candidate is a near-duplicate.  \\[default: 0.825]", "Embeddings"),
 ]
 AnchorThreshold = Annotated[
     float | None,
-    _opt("Cosine between two anchors at which each row's positive answers the other.  \\[default: 0.85]", "Embeddings"),
+    _opt("Cosine between two anchors at which each row's positive answers the other.  \\[default: 0.825]", "Embeddings"),
 ]
 MarginOn = Annotated[
     bool | None,
@@ -242,7 +249,7 @@ AbsoluteMargin = Annotated[
     float | None, _opt("Margin rule sim(a, c) > sim(a, p) - margin; replaces --relative-margin.", "Embeddings")
 ]
 MarginSupport = Annotated[
-    float | None, _opt("Cosine to the positive that makes a margin finding likely.  \\[default: 0.6]", "Embeddings")
+    float | None, _opt("Cosine to the positive that makes a margin finding likely.  \\[default: 0.65]", "Embeddings")
 ]
 RelativeMargin = Annotated[
     float | None,
@@ -309,6 +316,7 @@ def scan(
     number_guard: NumberGuardOpt = None,
     alignment: Alignment = None,
     alignment_words: AlignmentWords = None,
+    alignment_match: AlignmentMatch = None,
     minhash: MinHashOn = None,
     minhash_threshold: MinHashThreshold = None,
     num_perm: NumPerm = None,
@@ -403,6 +411,7 @@ def negatives(
     number_guard: NumberGuardOpt = None,
     alignment: Alignment = None,
     alignment_words: AlignmentWords = None,
+    alignment_match: AlignmentMatch = None,
     minhash: MinHashOn = None,
     minhash_threshold: MinHashThreshold = None,
     num_perm: NumPerm = None,

@@ -92,11 +92,13 @@ class PolicyConfig:
     ``number_guard_words`` words) whose numbers differ are never MinHash or embedding
     near-duplicates; 0 turns it off. Alignment guard (when embeddings are on): short texts (at most
     ``alignment_words`` words) whose token alignment is below ``alignment_threshold`` are not
-    near-duplicates either; a threshold of 0 turns it off."""
+    near-duplicates either; a threshold of 0 turns it off. A token counts as aligned when its best
+    match in the other text reaches ``alignment_match`` cosine (0: soft, BERTScore-style)."""
 
     number_guard_words: int = 50
-    alignment_threshold: float = 0.84
+    alignment_threshold: float = 0.8
     alignment_words: int = 50
+    alignment_match: float = 0.7
 
     def __post_init__(self) -> None:
         if self.number_guard_words < 0:
@@ -105,6 +107,8 @@ class PolicyConfig:
             raise ConfigError(f"alignment must be in [0, 1] (0 turns it off), got {self.alignment_threshold}")
         if self.alignment_words < 1:
             raise ConfigError(f"alignment-words must be >= 1, got {self.alignment_words}")
+        if not 0.0 <= self.alignment_match <= 1.0:
+            raise ConfigError(f"alignment-match must be in [0, 1] (0: soft matching), got {self.alignment_match}")
 
 
 @dataclass(frozen=True)
@@ -144,10 +148,10 @@ class EmbeddingConfig:
     batch_size: int = 64
     cache_dir: str | None = None
     use_cache: bool = True
-    positive_threshold: float = 0.85
-    anchor_threshold: float = 0.85
+    positive_threshold: float = 0.825
+    anchor_threshold: float = 0.825
     margin: bool = False
-    margin_support: float = 0.6
+    margin_support: float = 0.65
     absolute_margin: float | None = None
     relative_margin: float | None = 0.25
 
@@ -239,6 +243,7 @@ _FILE_KEYS: dict[str, tuple[str | None, str]] = {
     "number_guard": ("policy", "number_guard_words"),
     "alignment": ("policy", "alignment_threshold"),
     "alignment_words": ("policy", "alignment_words"),
+    "alignment_match": ("policy", "alignment_match"),
     "minhash": ("minhash", "enabled"),
     "minhash_threshold": ("minhash", "threshold"),
     "num_perm": ("minhash", "num_perm"),

@@ -1,11 +1,14 @@
 """Token alignment between two texts, with the scan's own embedding model.
 
 Each token of one text is matched to its most similar token of the other (cosine of contextual
-token embeddings), and the matches are averaged with idf weights: the precision and recall of
-BERTScore (Zhang et al., 2020, "BERTScore: Evaluating Text Generation with BERT"). The alignment of
-two texts is the smaller of the two, so it drops when either text carries content the other lacks
-("held a news conference against Powell" vs "… against Powell and the two other Republicans"),
-which a pooled sentence vector barely registers.
+token embeddings, the greedy matching of BERTScore: Zhang et al., 2020, "BERTScore: Evaluating Text
+Generation with BERT"). A token is *covered* when its best match reaches ``match`` (0.7 by
+default); a text's coverage is the idf-weighted share of its tokens that are covered, and the
+alignment of two texts is the smaller of the two coverages. It drops when either text carries
+content the other lacks ("held a news conference against Powell" vs "… against Powell and the two
+other Republicans"), which a pooled sentence vector barely registers. Counting an unmatched token as
+0 rather than as its (always positive) best cosine is what separates "the same sentence plus a
+clause" from a reworded paraphrase; ``match=0`` gives BERTScore's soft min(precision, recall).
 
 Token embeddings are computed only for the texts a guard asks about, without role prompts (prompt
 tokens would match themselves and inflate every score), cached on disk next to the sentence
@@ -26,6 +29,7 @@ from contrast_audit.embed import EmbeddingStore, ShardCache, find_keys, text_key
 IDF_SAMPLE = 50_000
 TOKEN_PROMPT = "tokens:v1:"  # the cache key's prefix: token embeddings never collide with sentence vectors
 FLUSH_TEXTS = 4096  # new token matrices written to the cache per shard
+DEFAULT_MATCH = 0.7  # token cosine at which a token has a counterpart in the other text
 
 
 class TokenCache:
@@ -97,10 +101,14 @@ class TokenCache:
 
 
 class TokenStore:
-    """Unit token vectors and idf weights per text id, computed on demand."""
+    """Unit token vectors and idf weights per text id, computed on demand; alignments of text pairs
+    with token match threshold ``match`` (0: soft matching)."""
 
-    def __init__(self, store: EmbeddingStore) -> None:
+    def __init__(self, store: EmbeddingStore, match: float = DEFAULT_MATCH) -> None:
+        if not 0.0 <= match <= 1.0:
+            raise ValueError(f"match must be in [0, 1], got {match}")
         self.store = store
+        self.match = match
         self.vectors: dict[int, np.ndarray] = {}
         self.weights: dict[int, np.ndarray] = {}
         self.memo: dict[tuple[int, int], float] = {}
@@ -196,7 +204,7 @@ class TokenStore:
         self.weights[tid] = weights[keep].astype(np.float32)
 
     def alignment(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-        """min(precision, recall) of the idf-weighted greedy token matching, per pair (1 for a text and itself)."""
+        """The smaller idf-weighted token coverage of the two texts, per pair (1 for a text and itself)."""
         self.ensure(np.concatenate([u, v]))
         out = np.empty(u.shape[0], dtype=np.float64)
         for i, (a, b) in enumerate(zip(u.tolist(), v.tolist(), strict=True)):
@@ -214,9 +222,12 @@ class TokenStore:
         if ea.shape[0] == 0 or eb.shape[0] == 0 or wa.sum() <= 0 or wb.sum() <= 0:
             return 1.0  # nothing weighted to compare (only unknown or ubiquitous tokens): no evidence against
         sim = ea @ eb.T
-        recall = float((sim.max(axis=1) * wa).sum() / wa.sum())
-        precision = float((sim.max(axis=0) * wb).sum() / wb.sum())
-        return min(precision, recall)
+        best_a, best_b = sim.max(axis=1), sim.max(axis=0)
+        if self.match > 0:  # covered or not: an unmatched token counts 0, not its best cosine
+            best_a, best_b = best_a >= self.match, best_b >= self.match
+        coverage_a = float((best_a * wa).sum() / wa.sum())
+        coverage_b = float((best_b * wb).sum() / wb.sum())
+        return min(coverage_a, coverage_b)
 
     def info(self) -> dict[str, Any]:
-        return {"idf_texts": self.idf_texts, **self.stats}
+        return {"alignment_match": self.match, "idf_texts": self.idf_texts, **self.stats}

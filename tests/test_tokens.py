@@ -28,9 +28,9 @@ ROWS = [
 ]
 
 
-def tokens_for(rows, cache_dir):
+def tokens_for(rows, cache_dir, match=0.7):
     corpus = corpus_of(rows)
-    tokens = TokenStore(EmbeddingStore(EmbeddingConfig(cache_dir=str(cache_dir))))
+    tokens = TokenStore(EmbeddingStore(EmbeddingConfig(cache_dir=str(cache_dir))), match)
     tokens.prepare(corpus)
     tid = {t: i for i, t in enumerate(corpus.texts.get_column("text").to_list())}
     return corpus, tokens, tid
@@ -40,9 +40,29 @@ def test_alignment_drops_when_one_text_carries_content_the_other_lacks(tmp_path)
     _, tokens, tid = tokens_for(ROWS, tmp_path)
     near, extra = tokens.alignment(np.array([tid[BASE], tid[BASE]]), np.array([tid[NEAR], tid[EXTRA]]))
     assert near > 0.9 and extra < 0.8
-    # min(precision, recall) is symmetric, and a text aligns fully with itself (computed, not memoised).
+    # The smaller coverage is symmetric, and a text aligns fully with itself (computed, not memoised).
     assert tokens._align(tid[EXTRA], tid[BASE]) == pytest.approx(tokens._align(tid[BASE], tid[EXTRA]))
     assert tokens._align(tid[BASE], tid[BASE]) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_an_unmatched_token_counts_nothing_unless_matching_is_soft(tmp_path):
+    _, hard, tid = tokens_for(ROWS, tmp_path, match=0.7)
+    _, soft, _ = tokens_for(ROWS, tmp_path, match=0.0)
+    u, v = np.array([tid[BASE], tid[BASE]]), np.array([tid[NEAR], tid[EXTRA]])
+    near_hard, extra_hard = hard.alignment(u, v)
+    near_soft, extra_soft = soft.alignment(u, v)
+    # Soft matching credits the extra clause's tokens with their (positive) best cosine; coverage does not.
+    assert extra_hard < extra_soft - 0.1
+    assert near_hard >= near_soft - 0.05  # every token of the near-copy has a counterpart
+    # By hand: the idf-weighted share of each text's tokens matched in the other; the smaller one.
+    sim = hard.vectors[tid[EXTRA]] @ hard.vectors[tid[BASE]].T
+    w_extra, w_base = hard.weights[tid[EXTRA]], hard.weights[tid[BASE]]
+    extra_covered = float((w_extra * (sim.max(axis=1) >= 0.7)).sum() / w_extra.sum())
+    base_covered = float((w_base * (sim.max(axis=0) >= 0.7)).sum() / w_base.sum())
+    assert extra_hard == pytest.approx(min(extra_covered, base_covered))
+    assert extra_covered < base_covered  # the longer text is the one not covered
+    with pytest.raises(ValueError, match="match"):
+        TokenStore(hard.store, 1.5)
 
 
 def test_token_vectors_come_from_the_cache_on_a_rerun(tmp_path):

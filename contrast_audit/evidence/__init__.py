@@ -85,7 +85,8 @@ def _guards(cfg: AuditConfig, store) -> tuple[list, list]:
         from contrast_audit.evidence.guards import AlignmentGuard
         from contrast_audit.tokens import TokenStore
 
-        aligned.append(AlignmentGuard(TokenStore(store), policy.alignment_threshold, policy.alignment_words))
+        tokens = TokenStore(store, policy.alignment_match)
+        aligned.append(AlignmentGuard(tokens, policy.alignment_threshold, policy.alignment_words))
     return numbers, aligned
 
 

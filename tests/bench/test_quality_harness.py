@@ -532,3 +532,40 @@ def test_run_reports_a_failing_scan(data_dir: Path, tmp_path: Path, monkeypatch,
     assert run.main(argv) == 2
     assert "stsb: scan exited 2" in capsys.readouterr().err
     assert not (tmp_path / "r.md").exists()
+
+
+# --------------------------------------------------------------------------- the tuner's selection arithmetic
+
+
+def test_precision_bound_is_the_wilson_lower_end_over_distinct_pairs() -> None:
+    from bench.quality.tune import precision_bound
+
+    # 90 of 100 distinct pairs (200 ordered records): the textbook 95% Wilson interval starts at 0.8256.
+    assert precision_bound(0.9, 200, 1.96) == pytest.approx(0.8256, abs=1e-4)
+    assert precision_bound(0.9, 200, 0.0) == pytest.approx(0.9)  # z = 0: the point estimate
+    assert precision_bound(0.9, 0, 1.0) == 0.0  # nothing flagged proves nothing
+    # More evidence, a tighter bound; always below the estimate.
+    bounds = [precision_bound(0.95, n, 1.0) for n in (20, 200, 2000)]
+    assert bounds == sorted(bounds) and bounds[-1] < 0.95
+
+
+def test_tuner_flags_mirror_the_policy() -> None:
+    from bench.quality.tune import flags, prf
+
+    col = {
+        "s_pc": np.array([0.9, 0.9, 0.7, 0.7, 0.95]),
+        "s_aa": np.zeros(5),
+        "s_ac": np.array([0.1, 0.1, 0.8, 0.8, 0.1]),
+        "s_ap": np.array([1.0, 1.0, 0.9, 0.9, 1.0]),
+        "jaccard": np.zeros(5),
+        "guard": np.array([False, False, False, False, True]),
+        "align_pc": np.array([0.9, 0.5, 1.0, 1.0, 1.0]),
+        "align_aa": np.ones(5),
+        "align_row": np.ones(5),
+        "same_ap": np.array([False, False, False, True, False]),
+    }
+    # near-duplicate with alignment; vetoed by alignment; margin rule; margin skipped when a == p; number guard
+    assert flags(col, 0.875, 0.65, 0.25, 0.7, 0.84).tolist() == [True, False, True, False, False]
+    label = np.array([True, True, False, False, True])
+    p, r, f1, flagged = prf(label, flags(col, 0.875, 0.65, 0.25, 0.7, 0.84))
+    assert (p, r, flagged) == (0.5, 1 / 3, 2) and f1 == pytest.approx(0.4)

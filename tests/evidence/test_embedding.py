@@ -120,11 +120,12 @@ def test_policy_wires_detectors_from_config():
     margin = detectors[-1].inner  # semantic detectors sit behind the guards
     assert detectors[-1].info()["number_guard_words"] == 50
     assert "alignment_threshold" not in detectors[-1].info()  # the margin rule is not a near-duplicate claim
-    assert detectors[-2].info()["alignment_threshold"] == 0.84
+    assert detectors[-2].info()["alignment_threshold"] == 0.8
+    assert detectors[-2].info()["alignment_match"] == 0.7
     assert (margin.relative_margin, margin.absolute_margin, margin.support, margin.report_suspects) == (
         0.25,
         None,
-        0.6,
+        0.65,
         False,
     )
     absolute = default_detectors(
@@ -139,6 +140,10 @@ def test_policy_wires_detectors_from_config():
         build_config({"positive_threshold": 1.5})
     with pytest.raises(ConfigError):
         build_config({"alignment": 1.2})
+    with pytest.raises(ConfigError, match="alignment-match"):
+        build_config({"alignment_match": -0.1})
+    soft = default_detectors(build_config({"alignment_match": 0}))[-2]
+    assert soft.info()["alignment_match"] == 0.0
     unaligned = default_detectors(build_config({"alignment": 0}))
     assert all(not any(isinstance(g, AlignmentGuard) for g in d.guards) for d in unaligned if hasattr(d, "guards"))
 
