@@ -35,6 +35,7 @@ class Format(str, Enum):
     text = "text"
     json = "json"
     markdown = "markdown"
+    html = "html"
 
 
 class Sampler(str, Enum):
@@ -239,7 +240,9 @@ PositiveThreshold = Annotated[
 ]
 AnchorThreshold = Annotated[
     float | None,
-    _opt("Cosine between two anchors at which each row's positive answers the other.  \\[default: 0.825]", "Embeddings"),
+    _opt(
+        "Cosine between two anchors at which each row's positive answers the other.  \\[default: 0.825]", "Embeddings"
+    ),
 ]
 MarginOn = Annotated[
     bool | None,
@@ -339,7 +342,7 @@ def scan(
     on_bad_row: OnBad = None,
     output_format: FormatOpt = None,
     output: OutputOpt = None,
-    top: Annotated[int, _opt("Findings shown in text and markdown reports.", "Output")] = 20,
+    top: Annotated[int, _opt("Findings shown in text, markdown and html reports.", "Output")] = 20,
     fail_on: Annotated[
         list[str] | None,
         _opt(

@@ -196,3 +196,53 @@ def test_unknown_gate_metric_fails_before_the_scan(pairs_file, monkeypatch):
     monkeypatch.setattr(api, "load_rows", lambda *a, **k: (_ for _ in ()).throw(AssertionError("scan ran")))
     result = scan(str(pairs_file(ROWS)), "-q", "--fail-on", "findngs>0")
     assert result.exit_code == 2 and "unknown metric 'findngs'" in result.stderr
+
+
+def test_html_report_is_one_escaped_self_contained_page(pairs_file, tmp_path):
+    from html.parser import HTMLParser
+
+    class Page(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tags: list[str] = []
+            self.attrs: list[tuple[str, str | None]] = []
+            self.data: list[str] = []
+
+        def handle_starttag(self, tag, attrs):
+            self.tags.append(tag)
+            self.attrs += attrs
+
+        def handle_data(self, data):
+            self.data.append(data)
+
+    hostile = "<script>alert('x')</script> & reset your password"
+    long_text = "How to reset your password " + "with more detail " * 30
+    rows = [
+        *ROWS,
+        {"id": "e<1>", "anchor": hostile, "positive": long_text, "source": "a&b", "cohort": "c1"},
+        {"id": "f", "anchor": "pw reset", "positive": long_text, "source": "a&b", "cohort": "c1"},
+    ]
+    out = tmp_path / "report.html"
+    result = scan(str(pairs_file(rows)), "--batch-size", "8", "--format", "html", "--output", str(out), "-q")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""
+    text = out.read_text(encoding="utf-8")
+    page = Page()
+    page.feed(text)
+    # Nothing executable or fetched: no scripts, no external resources, no inline handlers.
+    assert "script" not in page.tags and "link" not in page.tags and "img" not in page.tags
+    assert not any(name.startswith("on") or name in ("src", "href") for name, _ in page.attrs)
+    data = "".join(page.data)
+    assert hostile in data and "e<1>" in data and "a&b" in data  # shown as text, after escaping
+    assert "&lt;script&gt;" in text
+    assert "details" in page.tags  # the long positive folds
+    report = json.loads(scan(str(pairs_file(rows)), "--batch-size", "8", "--format", "json", "-q").stdout)
+    c = report["counts"]
+    assert f"{c['findings']} false negatives" in data
+    assert f"Top {c['findings']} of {c['findings']} findings" in data
+    assert f"Mislabelled hard negatives ({c['mislabelled_negatives']} of {c['mislabelled_negatives']})" in data
+    for kind, n in c["by_kind"].items():
+        assert f"{kind}{n}" in "".join(d.strip() for d in page.data)  # the evidence table's rows
+    # Deterministic: the same inputs give the same bytes.
+    again = scan(str(pairs_file(rows)), "--batch-size", "8", "--format", "html", "-q")
+    assert again.stdout == text

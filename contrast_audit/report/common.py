@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import polars as pl
 
 from contrast_audit.api import AuditResult
+from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE
 
 
 def top_findings(result: AuditResult, top: int) -> pl.DataFrame:
@@ -62,3 +66,37 @@ def embedding_line(result: AuditResult) -> str | None:
         f"{info['model']} ({info['similarity']}, normalised{prompts}): "
         f"{info['embedded']} texts embedded, {info['cached']} from the cache"
     )
+
+
+def plan_line(result: AuditResult) -> str:
+    """Where the batches came from and what each comparison set holds."""
+    c = result.counts()
+    plan = result.config.plan
+    source = result.plan.source if plan.plan_file else f"{plan.sampler} sampler, seed {plan.seed}"
+    return (
+        f"{source}, batch size {plan.batch_size}, world size {plan.world_size}, "
+        f"{c['device_batches']} device batches → {c['batches']} comparison sets; "
+        f"directions {', '.join(result.config.loss.directions)}"
+    )
+
+
+def mislabelled_rows(result: AuditResult, top: int) -> list[dict[str, Any]]:
+    """The first ``top`` mislabelled hard negatives with their row's id and texts."""
+    mis = result.mislabelled.head(top)
+    rows = mis.get_column("anchor_row").to_numpy()
+    ids = result.corpus.rows.get_column("id").gather(rows).to_list()
+    anchors = result.corpus.spelling(rows, np.full(mis.height, ANCHOR_ROLE)).to_list()
+    positives = result.corpus.spelling(rows, np.full(mis.height, POSITIVE_ROLE)).to_list()
+    negatives = result.corpus.spelling(rows, mis.get_column("cand_role").to_numpy()).to_list()
+    return [
+        {
+            "severity": r["severity"],
+            "row_id": str(ids[i]),
+            "negative": f"negative_{r['cand_role']}",
+            "anchor_text": anchors[i],
+            "positive_text": positives[i],
+            "negative_text": negatives[i],
+            "evidence": r["evidence"],
+        }
+        for i, r in enumerate(mis.iter_rows(named=True))
+    ]

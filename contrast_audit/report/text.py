@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import io
 
-import numpy as np
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from contrast_audit.api import AuditResult
-from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE
-from contrast_audit.report.common import clip, embedding_line, evidence_text, mapping_lines, top_findings
+from contrast_audit.report.common import (
+    clip,
+    embedding_line,
+    evidence_text,
+    mapping_lines,
+    mislabelled_rows,
+    plan_line,
+    top_findings,
+)
 
 SEVERITY_STYLE = {"certain": "bold red", "likely": "yellow", "suspect": "cyan"}
 
@@ -25,14 +31,7 @@ def render(result: AuditResult, *, top: int = 20, color: bool = False, width: in
     console.print("[bold]contrast-audit scan[/bold]")
     for line in mapping_lines(result):
         console.print(f"  mapping  {line}", markup=False)
-    plan = result.config.plan
-    source = result.plan.source if plan.plan_file else f"{plan.sampler} sampler, seed {plan.seed}"
-    console.print(
-        f"  plan     {source}, batch size {plan.batch_size}, world size {plan.world_size}, "
-        f"{c['device_batches']} device batches → {c['batches']} comparison sets; "
-        f"directions {', '.join(result.config.loss.directions)}",
-        markup=False,
-    )
+    console.print(f"  plan     {plan_line(result)}", markup=False)
     if (line := embedding_line(result)) is not None:
         console.print(f"  model    {line}", markup=False)
     if c["skipped_rows"]:
@@ -113,22 +112,16 @@ def render(result: AuditResult, *, top: int = 20, color: bool = False, width: in
         console.print(table)
 
     if c["mislabelled_negatives"]:
-        mis = result.mislabelled.head(top)
         table = Table(title=f"Mislabelled hard negatives ({c['mislabelled_negatives']})", title_justify="left")
         for name in ("severity", "row", "anchor", "positive", "hard negative", "evidence"):
             table.add_column(name, overflow="fold")
-        rows = mis.get_column("anchor_row").to_numpy()
-        ids = result.corpus.rows.get_column("id").gather(rows).to_list()
-        anchors = result.corpus.spelling(rows, np.full(mis.height, ANCHOR_ROLE)).to_list()
-        positives = result.corpus.spelling(rows, np.full(mis.height, POSITIVE_ROLE)).to_list()
-        negatives = result.corpus.spelling(rows, mis.get_column("cand_role").to_numpy()).to_list()
-        for i, r in enumerate(mis.iter_rows(named=True)):
+        for r in mislabelled_rows(result, top):
             table.add_row(
                 f"[{SEVERITY_STYLE[r['severity']]}]{r['severity']}[/]",
-                escape(str(ids[i])),
-                escape(clip(anchors[i], 50)),
-                escape(clip(positives[i], 50)),
-                escape(clip(negatives[i], 50)) + f"\n[dim]negative_{r['cand_role']}[/dim]",
+                escape(r["row_id"]),
+                escape(clip(r["anchor_text"], 50)),
+                escape(clip(r["positive_text"], 50)),
+                escape(clip(r["negative_text"], 50)) + f"\n[dim]{r['negative']}[/dim]",
                 evidence_text(r["evidence"]),
             )
         console.print(table)

@@ -1,0 +1,197 @@
+"""HTML report: one self-contained page (inline CSS; no scripts, nothing fetched) for CI artifacts
+and browsers. Every piece of data is escaped; the same inputs give the same bytes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from html import escape
+from typing import Any
+
+from contrast_audit import __version__
+from contrast_audit.api import AuditResult
+from contrast_audit.report.common import (
+    embedding_line,
+    evidence_text,
+    mapping_lines,
+    mislabelled_rows,
+    plan_line,
+    top_findings,
+)
+
+SHORT = 280  # characters of a text shown before it folds into <details>
+
+STYLE = """
+:root { color-scheme: light dark; --line: #8884; --muted: #888; }
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2rem auto; max-width: 90rem; padding: 0 1rem; }
+h1 { font-size: 1.4rem; margin-bottom: .2rem; } h2 { font-size: 1.1rem; margin-top: 2rem; }
+p.summary { font-size: 1rem; }
+dl { display: grid; grid-template-columns: max-content 1fr; gap: .1rem 1rem; }
+dt { color: var(--muted); } dd { margin: 0; }
+table { border-collapse: collapse; margin: .5rem 0; }
+th, td { border-bottom: 1px solid var(--line); padding: .3rem .6rem; text-align: left; vertical-align: top; }
+th { font-weight: 600; } td.n { text-align: right; font-variant-numeric: tabular-nums; }
+table.texts td { max-width: 28rem; overflow-wrap: anywhere; }
+.id { color: var(--muted); font-size: .85em; display: block; }
+.sev { border-radius: .3rem; padding: .05rem .4rem; font-weight: 600; white-space: nowrap; }
+.certain { background: #d32f2f; color: #fff; } .likely { background: #f9a825; color: #000; }
+.suspect { background: #4fc3f7; color: #000; }
+code { font-size: .9em; }
+footer { margin-top: 2rem; color: var(--muted); font-size: .85em; }
+""".strip()
+
+
+def _text(value: str) -> str:
+    """A data text, escaped; long ones fold into <details> with the opening as the summary."""
+    if len(value) <= SHORT:
+        return escape(value)
+    return f"<details><summary>{escape(value[:SHORT])}…</summary>{escape(value)}</details>"
+
+
+def _id(value: Any, *extra: str) -> str:
+    return f'<span class="id">{escape(" ".join([str(value), *extra]))}</span>'
+
+
+def _severity(value: str) -> str:
+    return f'<span class="sev {escape(value)}">{escape(value)}</span>'
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]], *, numeric: Sequence[int] = (), cls: str = "") -> str:
+    """A table from cells that are already HTML; ``numeric`` columns are right-aligned."""
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>"
+        + "".join(f'<td class="n">{c}</td>' if i in numeric else f"<td>{c}</td>" for i, c in enumerate(r))
+        + "</tr>"
+        for r in rows
+    )
+    attr = f' class="{cls}"' if cls else ""
+    return f"<table{attr}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _setting(value: Any) -> str:
+    return escape(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+
+
+def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
+    from contrast_audit.report import summary_line  # the stderr sentence, as the page's headline
+
+    c = result.counts()
+    sev = c["by_severity"]
+    about = [("mapping", line) for line in mapping_lines(result)]
+    about.append(("plan", plan_line(result)))
+    if (line := embedding_line(result)) is not None:
+        about.append(("model", line))
+    if result.config_file:
+        about.append(("settings", result.config_file))
+    if c["skipped_rows"]:
+        about.append(("skipped", f"{c['skipped_rows']} bad rows (the JSON report lists each location)"))
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        "<title>contrast-audit scan</title>",
+        f"<style>\n{STYLE}\n</style></head><body>",
+        "<h1>contrast-audit scan</h1>",
+        f'<p class="summary">{escape(summary_line(result).removeprefix("contrast-audit: "))}</p>',
+        "<dl>" + "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in about) + "</dl>",
+        "<h2>Summary</h2>",
+        _table(
+            ["metric", "value"],
+            [
+                ("rows", str(c["rows"])),
+                ("distinct texts", str(c["texts"])),
+                ("comparison sets", str(c["batches"])),
+                ("candidates compared", str(c["candidates"])),
+                ("false negatives", str(c["findings"])),
+                (_severity("certain"), str(sev["certain"])),
+                (_severity("likely"), str(sev["likely"])),
+                (_severity("suspect"), str(sev["suspect"])),
+                ("false-negative rate", f"{c['fn_rate']:.4%}"),
+                ("rows affected", str(c["rows_affected"])),
+                ("mislabelled hard negatives", str(c["mislabelled_negatives"])),
+            ],
+            numeric=[1],
+        ),
+        "<h2>Findings by evidence</h2>",
+        _table(["evidence", "findings"], [(escape(k), str(n)) for k, n in c["by_kind"].items()], numeric=[1]),
+    ]
+    for column in ("source", "cohort"):
+        rows = result.breakdown(column)
+        if len(rows) == 1 and rows[0][column] == "(none)":
+            continue
+        out.append(f"<h2>By {escape(column)}</h2>")
+        out.append(
+            _table(
+                [column, "rows", "candidates", "findings", "certain", "likely", "suspect", "fn-rate", "rows affected"],
+                [
+                    (
+                        escape(r[column]),
+                        *(str(r[k]) for k in ("rows", "candidates", "findings", "certain", "likely", "suspect")),
+                        f"{r['fn_rate']:.4%}",
+                        str(r["rows_affected"]),
+                    )
+                    for r in rows
+                ],
+                numeric=range(1, 9),
+            )
+        )
+    if c["findings"]:
+        shown = top_findings(result, top)
+        out.append(f"<h2>Top {shown.height} of {c['findings']} findings</h2>")
+        out.append(
+            _table(
+                ["severity", "batch", "anchor", "its positive", "alleged negative", "evidence"],
+                [
+                    (
+                        _severity(r["severity"]),
+                        str(r["batch"]),
+                        _text(r["anchor_text"]) + _id(r["anchor_id"]),
+                        _text(r["positive_text"]),
+                        _text(r["candidate_text"]) + _id(r["candidate_id"], r["candidate_role"], "·", r["direction"]),
+                        escape(evidence_text(r["evidence"])),
+                    )
+                    for r in shown.iter_rows(named=True)
+                ],
+                numeric=[1],
+                cls="texts",
+            )
+        )
+    if c["mislabelled_negatives"]:
+        shown = mislabelled_rows(result, top)
+        out.append(f"<h2>Mislabelled hard negatives ({len(shown)} of {c['mislabelled_negatives']})</h2>")
+        out.append(
+            _table(
+                ["severity", "row", "anchor", "positive", "hard negative", "evidence"],
+                [
+                    (
+                        _severity(r["severity"]),
+                        escape(r["row_id"]),
+                        _text(r["anchor_text"]),
+                        _text(r["positive_text"]),
+                        _text(r["negative_text"]) + _id(r["negative"]),
+                        escape(evidence_text(r["evidence"])),
+                    )
+                    for r in shown
+                ],
+                cls="texts",
+            )
+        )
+    detectors = result.judgement.detector_info
+    if detectors:
+        out.append("<h2>Detector settings</h2>")
+        out.append(
+            _table(
+                ["detector", "settings"],
+                [
+                    (
+                        f"<code>{escape(name)}</code>",
+                        "<br>".join(f"{escape(k)}: <code>{_setting(v)}</code>" for k, v in info.items()),
+                    )
+                    for name, info in detectors.items()
+                ],
+            )
+        )
+    out.append(f"<footer>contrast-audit {escape(__version__)} · the JSON report has every finding</footer>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
