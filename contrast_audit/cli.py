@@ -197,7 +197,7 @@ AlignmentWords = Annotated[
 AlignmentMatch = Annotated[
     float | None,
     _opt(
-        "Token cosine at which a token is matched in the other text, for the alignment guard; 0 scores soft (BERTScore).  \\[default: 0.7]",
+        "Token cosine (below 1) at which a token is matched in the other text, for the alignment guard; 0 scores soft (BERTScore).  \\[default: 0.7]",
         "Evidence",
     ),
 ]

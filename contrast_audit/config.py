@@ -98,7 +98,7 @@ class PolicyConfig:
     number_guard_words: int = 50
     alignment_threshold: float = 0.8
     alignment_words: int = 50
-    alignment_match: float = 0.7
+    alignment_match: float = 0.7  # tokens.DEFAULT_MATCH
 
     def __post_init__(self) -> None:
         if self.number_guard_words < 0:
@@ -107,8 +107,8 @@ class PolicyConfig:
             raise ConfigError(f"alignment must be in [0, 1] (0 turns it off), got {self.alignment_threshold}")
         if self.alignment_words < 1:
             raise ConfigError(f"alignment-words must be >= 1, got {self.alignment_words}")
-        if not 0.0 <= self.alignment_match <= 1.0:
-            raise ConfigError(f"alignment-match must be in [0, 1] (0: soft matching), got {self.alignment_match}")
+        if isinstance(self.alignment_match, bool) or not 0.0 <= self.alignment_match < 1.0:
+            raise ConfigError(f"alignment-match must be in [0, 1) (0: soft matching), got {self.alignment_match!r}")
 
 
 @dataclass(frozen=True)

@@ -149,6 +149,7 @@ def render_json(result: AuditResult, table: pl.DataFrame, *, top: int, per_ancho
         "per_anchor": per_anchor,
         "similarity": "cosine",
         "embedding": _store(result).info(),
+        "detectors": result.judgement.detector_info,
         "negatives": _records(result, table),
     }
     return json.dumps(payload, indent=2, ensure_ascii=False, default=float) + "\n"

@@ -105,8 +105,8 @@ class TokenStore:
     with token match threshold ``match`` (0: soft matching)."""
 
     def __init__(self, store: EmbeddingStore, match: float = DEFAULT_MATCH) -> None:
-        if not 0.0 <= match <= 1.0:
-            raise ValueError(f"match must be in [0, 1], got {match}")
+        if not 0.0 <= match < 1.0:  # cosines of a float16 round trip never quite reach 1
+            raise ValueError(f"match must be in [0, 1), got {match}")
         self.store = store
         self.match = match
         self.vectors: dict[int, np.ndarray] = {}

@@ -129,3 +129,24 @@ def test_text_report_names_the_model_and_the_cache(pairs_file):
     text = run("scan", str(path), "--batch-size", "8", "-q")
     assert "sentence-transformers/all-MiniLM-L6-v2" in text.stdout
     assert "0 texts embedded" in text.stdout and f"{len(ROWS) * 2} from the cache" in text.stdout
+
+
+def test_alignment_match_reaches_both_commands_and_the_settings_file(pairs_file, tmp_path, monkeypatch):
+    path = str(pairs_file(ROWS))
+    guarded = ("minhash", "embedding", "anchor-embedding")
+    soft = json.loads(run("scan", path, "--batch-size", "8", "--format", "json", "-q", "--alignment-match", "0").stdout)
+    assert [soft["detectors"][d]["alignment_match"] for d in guarded] == [0.0, 0.0, 0.0]
+    assert "alignment_match" not in soft["detectors"]["margin"]  # the margin rule is not aligned
+    listed = json.loads(
+        run("negatives", path, "--batch-size", "8", "--format", "json", "--alignment-match", "0.6").stdout
+    )
+    assert listed["detectors"]["embedding"]["alignment_match"] == 0.6
+    for bad in ("1", "1.5", "-0.1"):
+        for command in ("scan", "negatives"):
+            result = run(command, path, "--batch-size", "8", "--alignment-match", bad)
+            assert result.exit_code == 2 and "alignment-match must be in [0, 1)" in result.stderr
+    (tmp_path / "contrast-audit.toml").write_text("alignment-match = 0.65\n")
+    monkeypatch.chdir(tmp_path)
+    from_file = json.loads(run("scan", path, "--batch-size", "8", "--format", "json", "-q").stdout)
+    assert from_file["detectors"]["embedding"]["alignment_match"] == 0.65
+    assert from_file["config"]["policy"]["alignment_match"] == 0.65

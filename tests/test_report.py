@@ -246,3 +246,15 @@ def test_html_report_is_one_escaped_self_contained_page(pairs_file, tmp_path):
     # Deterministic: the same inputs give the same bytes.
     again = scan(str(pairs_file(rows)), "--batch-size", "8", "--format", "html", "-q")
     assert again.stdout == text
+
+
+def test_every_scan_option_can_come_from_the_settings_file():
+    import inspect
+
+    from contrast_audit import cli
+    from contrast_audit.config import _FILE_KEYS
+
+    renamed = {"negative": "negatives", "id_column": "id", "output_format": "format"}
+    not_settings = {"data", "top", "quiet", "config", "output"}  # inputs and presentation, not settings
+    options = [renamed.get(n, n) for n in inspect.signature(cli.scan).parameters if n not in not_settings]
+    assert options and not [name for name in options if name not in _FILE_KEYS]

@@ -164,6 +164,8 @@ def main() -> None:
     parser.add_argument("--number-guard", type=int, default=50, help="the scan's --number-guard (0: off)")
     parser.add_argument("--show", type=int, default=10)
     args = parser.parse_args()
+    if args.confidence_z < 0:
+        parser.error("--confidence-z must be >= 0 (a lower bound)")
     columns = ("s_pc", "s_aa", "s_ac", "s_ap", "jaccard", "guard", "align_pc", "align_aa", "align_row", "same_ap")
     cols, labels = {}, {}
     for match in GRID["M"]:
