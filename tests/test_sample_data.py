@@ -53,9 +53,9 @@ def test_mislabelled_negatives_are_reported_apart(one_batch, truth):
     planted = {m["row_id"]: m for m in report["mislabelled_negatives"] if m["row_id"] in case["rows"]}
     assert sorted(planted) == sorted(case["rows"])
     assert all(m["severity"] == "certain" for m in planted.values())
-    # Clean rows' curated hard negatives are flagged, if at all, only by the margin rule.
-    others = [m for m in report["mislabelled_negatives"] if m["row_id"] not in case["rows"]]
-    assert all({e["kind"] for e in m["evidence"]} == {"margin"} for m in others)
+    # Clean rows' curated hard negatives score high against their anchors by design; the margin rule
+    # alone never calls them mislabelled, so only the planted ones are reported.
+    assert [m for m in report["mislabelled_negatives"] if m["row_id"] not in case["rows"]] == []
     # A row's own hard negative is never an in-batch finding.
     assert not [f for f in report["findings"] if f["anchor_id"] == f["candidate_id"]]
 

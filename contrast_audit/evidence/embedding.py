@@ -157,6 +157,12 @@ class MarginDetector(_CosineDetector):
         supported = np.zeros(len(pairs), dtype=bool)
         idx = np.flatnonzero(mask)
         supported[idx] = s.cosine(space, space, target[idx], pairs.cand_tid[idx]) >= self.support
+        # A row's own hard negatives were (usually) mined for scoring high against its anchor, so
+        # being within the margin is how they were chosen, not evidence that they answer it: for
+        # them the rule is never more than suspect. Calling one mislabelled takes evidence of
+        # equivalence with the row's own texts (exact, near-duplicate), which other detectors give.
+        own = (pairs.cand_row == pairs.anchor_row) & (pairs.cand_role > POSITIVE_ROLE)
+        supported &= ~own
         severity = np.where(supported, LIKELY, SUSPECT).astype(np.int8)
         if not self.report_suspects:
             mask &= supported
@@ -174,6 +180,6 @@ class MarginDetector(_CosineDetector):
             "absolute_margin": self.absolute_margin,
             "support": self.support,
             "likely_when": f"rule holds and cosine(candidate, positive) >= {self.support}",
-            "suspect_when": "rule holds alone"
+            "suspect_when": "rule holds alone, or the candidate is the row's own hard negative"
             + ("" if self.report_suspects else " (not reported; --margin reports them)"),
         }

@@ -112,6 +112,22 @@ def test_margin_is_likely_only_when_the_candidate_is_near_the_positive():
     assert quiet.mask.tolist() == [True, False]
 
 
+def test_margin_alone_never_makes_a_rows_own_hard_negative_likely():
+    # Row 0's hard negative is d1: within the margin of d0 and near it (supported), which makes the
+    # same text a likely finding as another row's positive, but only a suspect mislabelled negative:
+    # mined negatives score high against their anchor by construction.
+    c = corpus_of([("q0", "d0", "d1"), ("q1", "d1")])
+    store = FixedStore(VECTORS)
+    in_batch = q2d_pairs(c, [0], [1])
+    own = Pairs("query_to_doc", np.array([0]), np.array([0]), np.array([1]), c.negatives[[0], [0]])
+    assert own.cand_tid[0] == in_batch.cand_tid[0]  # the same text in both roles
+    quiet = prepared(MarginDetector(store, None, 0.25, support=0.6, report_suspects=False), c)
+    assert quiet.detect(in_batch).mask.tolist() == [True]
+    assert quiet.detect(own).mask.tolist() == [False]
+    loud = prepared(MarginDetector(store, None, 0.25, support=0.6, report_suspects=True), c)
+    assert loud.detect(own).severity[loud.detect(own).mask].tolist() == [SUSPECT]
+
+
 def test_policy_wires_detectors_from_config():
     detectors = default_detectors(build_config({}))
     names = [d.name for d in detectors]
