@@ -215,7 +215,7 @@ def test_html_report_is_one_escaped_self_contained_page(pairs_file, tmp_path):
         def handle_data(self, data):
             self.data.append(data)
 
-    hostile = "<script>alert('x')</script> & reset your password"
+    hostile = "<script>alert('x')</script> & reset\u0007 your password"
     long_text = "How to reset your password " + "with more detail " * 30
     rows = [
         *ROWS,
@@ -233,7 +233,9 @@ def test_html_report_is_one_escaped_self_contained_page(pairs_file, tmp_path):
     assert "script" not in page.tags and "link" not in page.tags and "img" not in page.tags
     assert not any(name.startswith("on") or name in ("src", "href") for name, _ in page.attrs)
     data = "".join(page.data)
-    assert hostile in data and "e<1>" in data and "a&b" in data  # shown as text, after escaping
+    # Shown as text, after escaping; a control character (invalid in HTML) as U+FFFD.
+    assert hostile.replace("\u0007", "\ufffd") in data and "e<1>" in data and "a&b" in data
+    assert "\u0007" not in text
     assert "&lt;script&gt;" in text
     assert "details" in page.tags  # the long positive folds
     report = json.loads(scan(str(pairs_file(rows)), "--batch-size", "8", "--format", "json", "-q").stdout)

@@ -5,8 +5,8 @@ answer, and which of those does the scan report?
 
 For every query of a collection with relevance judgments (CISI: many relevant documents per query;
 SciFact: about one per claim) it writes one row: the query, one judged-relevant document (the
-positive, drawn with ``--seed``) and the ``--k`` documents a TF-IDF retriever ranks highest after it
-(the mined hard negatives; a lexical miner, so the auditor's model plays no part in the mining). A
+positive, drawn with ``--seed``) and the ``--k`` highest-ranked documents of a TF-IDF retriever other
+than the positive (the mined hard negatives; a lexical miner, so the auditor's model plays no part in the mining). A
 mined negative is labelled 1 when the collection judges it relevant to the query: a false negative
 the training row asserts. It then runs ``contrast-audit scan`` and scores the report's
 ``mislabelled_negatives`` against the labels, beside the rules sentence-transformers users apply to
@@ -58,7 +58,9 @@ def _smart_blocks(path: Path) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     for block in re.split(r"^\.I ", text, flags=re.M)[1:]:
         ident, _, rest = block.partition("\n")
-        out[ident.strip()] = dict(re.findall(r"^\.([A-Z])\n(.*?)(?=^\.[A-Z]\n|\Z)", rest, flags=re.M | re.S))
+        # A field marker may carry trailing blanks (CISI.ALL has ".T " and ".A " lines).
+        fields = re.findall(r"^\.([A-Z])[ \t]*\n(.*?)(?=^\.[A-Z][ \t]*\n|\Z)", rest, flags=re.M | re.S)
+        out[ident.strip()] = dict(fields)
     if not out:
         raise ValueError(f"{path}: no '.I' records; expected the SMART layout of the CISI release")
     return out
@@ -95,7 +97,10 @@ def read_scifact(data_dir: Path) -> Collection:
     return Collection(
         name="scifact",
         queries={str(q["_id"]): _collapse(q["text"]) for q in _read_jsonl(root / "queries.jsonl")},
-        documents={str(d["_id"]): _collapse(f"{d['title']}. {d['text']}") for d in _read_jsonl(root / "corpus.jsonl")},
+        documents={
+            str(d["_id"]): _collapse(f"{d.get('title') or ''}. {d.get('text') or ''}")
+            for d in _read_jsonl(root / "corpus.jsonl")
+        },
         relevant=dict(relevant),
         files=["scifact_beir/corpus.jsonl", "scifact_beir/queries.jsonl", "scifact_beir/qrels/{train,test}.tsv"],
     )
@@ -211,7 +216,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--out", default=str(DEFAULT_OUT))
     args = parser.parse_args(argv)
-    embed = None if args.no_peers else peer_rules.default_embedder()
     scan_command = [str(Path(sys.executable).with_name("contrast-audit"))]
     parts = [
         "# Mislabelled hard negatives on mined negatives\n",
@@ -219,10 +223,13 @@ def main(argv: list[str] | None = None) -> int:
         f"(k = {args.k}, seed {args.seed}). A flagged record is a row's own mined negative that the method "
         "calls a false negative; label 1 = the collection judges it relevant to the row's query.\n",
     ]
+    embed = None
     for name in args.collections:
         try:
+            if embed is None and not args.no_peers:
+                embed = peer_rules.default_embedder()
             heading, table = evaluate(name, Path(args.data), Path(args.work), args.k, args.seed, scan_command, embed)
-        except (OSError, ValueError, RuntimeError) as exc:
+        except (OSError, KeyError, ValueError, RuntimeError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         parts += [heading, markdown_table(table)]

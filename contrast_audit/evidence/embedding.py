@@ -8,8 +8,9 @@
 - ``margin``: the candidate scores against the anchor within a margin of the anchor's own positive,
   ``sim(a, c) > sim(a, p) - absolute_margin`` or ``sim(a, c) > sim(a, p) * (1 - relative_margin)``
   (GISTEmbedLoss / mine_hard_negatives vocabulary): ``suspect``; ``likely`` when the candidate is
-  also within ``support`` cosine of the positive. Rows whose positive is the anchor itself are
-  left to ``embedding``.
+  also within ``support`` cosine of the positive, unless the candidate is the row's own hard
+  negative (mined for scoring high: never more than ``suspect``). Rows whose positive is the anchor
+  itself are left to ``embedding``.
 
 Identical texts are left to the ``exact`` detector.
 """
@@ -119,7 +120,7 @@ class MarginDetector(_CosineDetector):
     name = "margin"
     description = (
         "candidate scores against the anchor within the margin of the anchor's own positive: likely when it is "
-        "also close to the positive, suspect alone"
+        "also close to the positive (unless it is the row's own hard negative), suspect alone"
     )
 
     def __init__(

@@ -1,9 +1,11 @@
 """HTML report: one self-contained page (inline CSS; no scripts, nothing fetched) for CI artifacts
-and browsers. Every piece of data is escaped; the same inputs give the same bytes."""
+and browsers. Every piece of data is escaped. The same inputs give the same bytes, except that the
+model line counts how many vectors came from the embedding cache (as in the JSON report)."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
@@ -20,6 +22,7 @@ from contrast_audit.report.common import (
 )
 
 SHORT = 280  # characters of a text shown before it folds into <details>
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # not allowed in HTML text, even escaped
 
 STYLE = """
 :root { color-scheme: light dark; --line: #8884; --muted: #888; }
@@ -31,7 +34,7 @@ dt { color: var(--muted); } dd { margin: 0; }
 table { border-collapse: collapse; margin: .5rem 0; }
 th, td { border-bottom: 1px solid var(--line); padding: .3rem .6rem; text-align: left; vertical-align: top; }
 th { font-weight: 600; } td.n { text-align: right; font-variant-numeric: tabular-nums; }
-table.texts td { max-width: 28rem; overflow-wrap: anywhere; }
+table.texts td { max-width: 28rem; overflow-wrap: anywhere; white-space: pre-wrap; }
 .id { color: var(--muted); font-size: .85em; display: block; }
 .sev { border-radius: .3rem; padding: .05rem .4rem; font-weight: 600; white-space: nowrap; }
 .certain { background: #d32f2f; color: #fff; } .likely { background: #f9a825; color: #000; }
@@ -41,15 +44,20 @@ footer { margin-top: 2rem; color: var(--muted); font-size: .85em; }
 """.strip()
 
 
+def _safe(value: Any) -> str:
+    """Data as HTML text: escaped, with control characters (invalid in HTML) as U+FFFD."""
+    return escape(_CONTROL.sub("\ufffd", str(value)))
+
+
 def _text(value: str) -> str:
-    """A data text, escaped; long ones fold into <details> with the opening as the summary."""
+    """A data text; a long one folds into <details>: its opening as the summary, the rest inside."""
     if len(value) <= SHORT:
-        return escape(value)
-    return f"<details><summary>{escape(value[:SHORT])}…</summary>{escape(value)}</details>"
+        return _safe(value)
+    return f"<details><summary>{_safe(value[:SHORT])}…</summary>…{_safe(value[SHORT:])}</details>"
 
 
 def _id(value: Any, *extra: str) -> str:
-    return f'<span class="id">{escape(" ".join([str(value), *extra]))}</span>'
+    return f'<span class="id">{_safe(" ".join([str(value), *extra]))}</span>'
 
 
 def _severity(value: str) -> str:
@@ -70,7 +78,7 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[str]], *, numeric: Seq
 
 
 def _setting(value: Any) -> str:
-    return escape(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+    return _safe(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
 
 
 def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
@@ -93,8 +101,8 @@ def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
         "<title>contrast-audit scan</title>",
         f"<style>\n{STYLE}\n</style></head><body>",
         "<h1>contrast-audit scan</h1>",
-        f'<p class="summary">{escape(summary_line(result).removeprefix("contrast-audit: "))}</p>',
-        "<dl>" + "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in about) + "</dl>",
+        f'<p class="summary">{_safe(summary_line(result).removeprefix("contrast-audit: "))}</p>',
+        "<dl>" + "".join(f"<dt>{escape(k)}</dt><dd>{_safe(v)}</dd>" for k, v in about) + "</dl>",
         "<h2>Summary</h2>",
         _table(
             ["metric", "value"],
@@ -126,7 +134,7 @@ def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
                 [column, "rows", "candidates", "findings", "certain", "likely", "suspect", "fn-rate", "rows affected"],
                 [
                     (
-                        escape(r[column]),
+                        _safe(r[column]),
                         *(str(r[k]) for k in ("rows", "candidates", "findings", "certain", "likely", "suspect")),
                         f"{r['fn_rate']:.4%}",
                         str(r["rows_affected"]),
@@ -166,7 +174,7 @@ def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
                 [
                     (
                         _severity(r["severity"]),
-                        escape(r["row_id"]),
+                        _safe(r["row_id"]),
                         _text(r["anchor_text"]),
                         _text(r["positive_text"]),
                         _text(r["negative_text"]) + _id(r["negative"]),

@@ -28,7 +28,11 @@ def write_cisi(root: Path) -> None:
     d = root / "cisi"
     d.mkdir(parents=True)
     (d / "CISI.ALL").write_text(
-        "".join(f".I {i}\n.T\n{t}\n.A\nSomeone\n.W\n{w}\n.X\n{i}\t5\t{i}\n" for i, (t, w) in DOCS.items()),
+        # Document 2's markers carry trailing blanks, as some of CISI.ALL's do.
+        "".join(
+            f".I {i}\n.T{' ' * (i == '2')}\n{t}\n.A{' ' * (i == '2')}\nSomeone\n.W\n{w}\n.X\n{i}\t5\t{i}\n"
+            for i, (t, w) in DOCS.items()
+        ),
         encoding="latin-1",
     )
     (d / "CISI.QRY").write_text("".join(f".I {q}\n.W\n{w}\n" for q, w in QUERIES.items()), encoding="latin-1")
@@ -51,6 +55,7 @@ def test_rows_carry_one_judged_positive_and_lexically_mined_negatives(tmp_path: 
     write_cisi(tmp_path)
     write_beir(tmp_path)
     collection = mined.COLLECTIONS[name](tmp_path)
+    assert collection.documents["2"] == "Online catalogues. " + DOCS["2"][1]  # no author, title kept
     assert collection.relevant == {"1": {"1", "2"}, "2": {"3"}}  # grade 0 is not relevant
     rows, truth = mined.mine(collection, k=2, seed=0)
     assert [r["id"] for r in rows] == [f"{name}-1", f"{name}-2"]
