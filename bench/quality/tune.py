@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -60,8 +61,10 @@ GRID = {
 
 
 def features(
-    case: Path, minhash_threshold: float, guard_words: int, match: float, align_words: int = 50
-) -> pl.DataFrame:
+    case: Path, minhash_threshold: float, guard_words: int, matches: Sequence[float], align_words: int = 50
+) -> dict[float, pl.DataFrame]:
+    """The policy's features of every labelled pair of ``case``, one frame per token match threshold
+    (only the alignment columns differ; everything else is computed once)."""
     loaded = load_rows([str(case / "pairs.jsonl")], ColumnMapping())
     corpus = build_corpus(loaded.rows, NormaliseConfig())
     store = EmbeddingStore(EmbeddingConfig())
@@ -86,29 +89,35 @@ def features(
     # The alignments the guard reads where a near-duplicate rule can fire on the grid: of the positive
     # and the candidate (`embedding`), of the two anchors (`anchor-embedding`), of the candidate with
     # the better-aligned row text (`minhash`); 1 where a text is long (never vetoed) or no rule fires.
-    aligner = AlignmentGuard(TokenStore(store, match), 1.0, align_words)
-    aligner.prepare(corpus)
     other_anchor = corpus.anchor[b]
-
-    def alignment(u: np.ndarray, v: np.ndarray, fires: np.ndarray) -> np.ndarray:
-        out = np.ones(u.shape[0])
-        idx = np.flatnonzero(fires & aligner.short[u] & aligner.short[v])
-        out[idx] = aligner.tokens.alignment(u[idx], v[idx])
-        return out
-
-    fires_j = jaccard >= min(GRID["J"])
-    return rows.select("label", "kind").with_columns(
+    fires_t, fires_a, fires_j = s_pc >= min(GRID["T"]), s_aa >= min(GRID["T"]), jaccard >= min(GRID["J"])
+    base = rows.select("label", "kind").with_columns(
         pl.Series("s_pc", s_pc),
         pl.Series("s_aa", s_aa),
         pl.Series("s_ac", s_ac),
         pl.Series("s_ap", s_ap),
         pl.Series("jaccard", jaccard),
         pl.Series("guard", guard.veto(None, pairs, np.ones(a.shape[0], dtype=bool))),
-        pl.Series("align_pc", alignment(positive, cand, s_pc >= min(GRID["T"]))),
-        pl.Series("align_aa", alignment(anchor, other_anchor, s_aa >= min(GRID["T"]))),
-        pl.Series("align_row", np.maximum(alignment(anchor, cand, fires_j), alignment(positive, cand, fires_j))),
         pl.Series("same_ap", anchor == positive),
     )
+    frames = {}
+    for match in matches:
+        aligner = AlignmentGuard(TokenStore(store, match), 1.0, align_words)  # token vectors: from the cache
+        aligner.prepare(corpus)
+
+        def alignment(u: np.ndarray, v: np.ndarray, fires: np.ndarray, aligner=aligner) -> np.ndarray:
+            out = np.ones(u.shape[0])
+            idx = np.flatnonzero(fires & aligner.short[u] & aligner.short[v])
+            out[idx] = aligner.tokens.alignment(u[idx], v[idx])
+            return out
+
+        frames[match] = base.with_columns(
+            pl.Series("align_pc", alignment(positive, cand, fires_t)),
+            pl.Series("align_aa", alignment(anchor, other_anchor, fires_a)),
+            pl.Series("align_row", np.maximum(alignment(anchor, cand, fires_j), alignment(positive, cand, fires_j))),
+        )
+        aligner.finish()
+    return frames
 
 
 def prf(label: np.ndarray, flag: np.ndarray) -> tuple[float, float, float, int]:
@@ -168,9 +177,8 @@ def main() -> None:
         parser.error("--confidence-z must be >= 0 (a lower bound)")
     columns = ("s_pc", "s_aa", "s_ac", "s_ap", "jaccard", "guard", "align_pc", "align_aa", "align_row", "same_ap")
     cols, labels = {}, {}
-    for match in GRID["M"]:
-        for name in args.cases:
-            frame = features(args.work / name, min(GRID["J"]), args.number_guard, match)
+    for name in args.cases:
+        for match, frame in features(args.work / name, min(GRID["J"]), args.number_guard, GRID["M"]).items():
             cols[match, name] = {c: frame.get_column(c).to_numpy() for c in columns}
             labels[name] = frame.get_column("label").to_numpy() == 1
     peers = dict(zip(args.cases, args.peer_f1 or [0.0] * len(args.cases), strict=True))
