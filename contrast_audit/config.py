@@ -98,7 +98,7 @@ class PolicyConfig:
     number_guard_words: int = 50
     alignment_threshold: float = 0.8
     alignment_words: int = 50
-    alignment_match: float = 0.7  # tokens.DEFAULT_MATCH
+    alignment_match: float = 0.7
 
     def __post_init__(self) -> None:
         if self.number_guard_words < 0:

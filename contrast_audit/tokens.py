@@ -23,13 +23,14 @@ from typing import Any
 
 import numpy as np
 
+from contrast_audit.config import PolicyConfig
 from contrast_audit.corpus import Corpus
 from contrast_audit.embed import EmbeddingStore, ShardCache, find_keys, text_keys
 
 IDF_SAMPLE = 50_000
 TOKEN_PROMPT = "tokens:v1:"  # the cache key's prefix: token embeddings never collide with sentence vectors
 FLUSH_TEXTS = 4096  # new token matrices written to the cache per shard
-DEFAULT_MATCH = 0.7  # token cosine at which a token has a counterpart in the other text
+DEFAULT_MATCH = PolicyConfig.alignment_match  # token cosine at which a token has a counterpart in the other text
 
 
 class TokenCache:

@@ -486,15 +486,22 @@ def _read_qrels(path: Path) -> list[tuple[str, str, int]]:
     return out
 
 
-def read_scifact(data_dir: Path) -> SciFact:
-    root = Path(data_dir) / "scifact_beir"
-    corpus = {str(d["_id"]): d for d in _read_jsonl(root / "corpus.jsonl")}
-    queries = {str(q["_id"]): q for q in _read_jsonl(root / "queries.jsonl")}
+def read_relevant(root: Path) -> dict[str, set[str]]:
+    """The documents judged relevant (score > 0) to each claim, over the train and test qrels of a
+    BEIR directory."""
     qrels: dict[str, set[str]] = defaultdict(set)
     for split in ("train", "test"):
         for claim, doc, score in _read_qrels(root / "qrels" / f"{split}.tsv"):
             if score > 0:
                 qrels[claim].add(doc)
+    return qrels
+
+
+def read_scifact(data_dir: Path) -> SciFact:
+    root = Path(data_dir) / "scifact_beir"
+    corpus = {str(d["_id"]): d for d in _read_jsonl(root / "corpus.jsonl")}
+    queries = {str(q["_id"]): q for q in _read_jsonl(root / "queries.jsonl")}
+    qrels = read_relevant(root)
     # BEIR keeps each abstract as one string; the rationale indices refer to the original sentence
     # list, which only the original release keeps (a printed numpy array per document).
     archive = root / "original_scifact_hf_csv" / "scifact.zip"

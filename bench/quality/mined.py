@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.quality import peers as peer_rules
-from bench.quality.cases import _read_jsonl, _read_qrels, write_atomic
+from bench.quality.cases import _read_jsonl, read_relevant, write_atomic
 from bench.quality.score import Score, markdown_table, score, truth_from_records
 
 DEFAULT_K = 20
@@ -89,11 +89,7 @@ def read_cisi(data_dir: Path) -> Collection:
 
 def read_scifact(data_dir: Path) -> Collection:
     root = Path(data_dir) / "scifact_beir"
-    relevant: dict[str, set[str]] = defaultdict(set)
-    for split in ("train", "test"):
-        for claim, doc, grade in _read_qrels(root / "qrels" / f"{split}.tsv"):
-            if grade > 0:
-                relevant[claim].add(doc)
+    relevant = read_relevant(root)
     return Collection(
         name="scifact",
         queries={str(q["_id"]): _collapse(q["text"]) for q in _read_jsonl(root / "queries.jsonl")},
