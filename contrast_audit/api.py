@@ -33,6 +33,7 @@ class AuditResult:
     judgement: Judgement
     config_file: str | None = None
     detectors: list[Detector] = field(default_factory=list)
+    overlaps: pl.DataFrame = field(default_factory=lambda: empty_overlaps())
 
     @property
     def findings(self) -> pl.DataFrame:
@@ -209,9 +210,31 @@ def audit(
     return AuditResult(cfg, loaded, corpus, plan, len(batches), judgement, config_file, active)
 
 
+OVERLAP_SCHEMA = {
+    "row_id": pl.String,  # the new row
+    "file": pl.String,
+    "line": pl.Int64,
+    "role": pl.String,  # which text of the new row: anchor, positive, negative_k
+    "target": pl.String,  # "existing" or "eval"
+    "target_id": pl.String,
+    "target_file": pl.String,
+    "target_line": pl.Int64,
+    "target_role": pl.String,
+    "severity": pl.Enum(["certain", "likely", "suspect"]),
+    "evidence": pl.List(pl.Struct({"kind": pl.String, "score": pl.Float64, "threshold": pl.Float64})),
+    "baseline": pl.Boolean,
+}
+
+
+def empty_overlaps() -> pl.DataFrame:
+    """Overlaps of new rows with existing training rows or eval rows (``scan --against/--eval``):
+    one row per (new row, role, matched target text)."""
+    return pl.DataFrame(schema=OVERLAP_SCHEMA)
+
+
 def _role_names(codes: pl.Series) -> pl.Series:
     names = {int(code): role_name(int(code)) for code in codes.unique().to_list()}
     return codes.replace_strict(names, return_dtype=pl.String) if names else codes.cast(pl.String)
 
 
-__all__ = ["SCHEMA_VERSION", "AuditResult", "audit"]
+__all__ = ["OVERLAP_SCHEMA", "SCHEMA_VERSION", "AuditResult", "audit", "empty_overlaps"]

@@ -206,6 +206,7 @@ def _finish(frames: list[pl.DataFrame], directions: Sequence[str]) -> pl.DataFra
             "severity_rank",
             "evidence",
         )
+        .with_columns(pl.lit(False).alias("masked"), pl.lit(False).alias("baseline"))
     )
 
 
@@ -223,6 +224,8 @@ def empty_findings() -> pl.DataFrame:
             "severity": _SEVERITY,
             "severity_rank": pl.Int8,
             "evidence": evidence,
+            "masked": pl.Boolean,
+            "baseline": pl.Boolean,
         }
     )
 
@@ -230,7 +233,9 @@ def empty_findings() -> pl.DataFrame:
 def mislabelled_negatives(corpus: Corpus, detectors: Sequence[Detector]) -> pl.DataFrame:
     """Each row's own hard negatives, judged against that row's anchor and positive."""
     rows_idx, slot = np.nonzero(corpus.negatives >= 0)
-    empty = empty_findings().select("anchor_row", "cand_role", "cand_tid", "severity", "severity_rank", "evidence")
+    empty = empty_findings().select(
+        "anchor_row", "cand_role", "cand_tid", "severity", "severity_rank", "evidence", "masked", "baseline"
+    )
     if rows_idx.shape[0] == 0:
         return empty
     rows_idx = rows_idx.astype(np.int64)
@@ -249,7 +254,7 @@ def mislabelled_negatives(corpus: Corpus, detectors: Sequence[Detector]) -> pl.D
         found,
     )
     return (
-        frame.with_columns(_severity_name())
+        frame.with_columns(_severity_name(), pl.lit(False).alias("masked"), pl.lit(False).alias("baseline"))
         .select(empty.columns)
         .sort(["severity_rank", "anchor_row", "cand_role"], descending=[True, False, False])
     )
