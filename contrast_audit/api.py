@@ -195,7 +195,7 @@ def audit(
 ) -> AuditResult:
     """Audit pair files for in-batch false negatives under ``config``'s batch plan and loss."""
     cfg = config or AuditConfig()
-    loaded = load_rows(list(paths), cfg.mapping, cfg.on_bad_row)
+    loaded = load_rows(list(paths), cfg.mapping, cfg.on_bad_row, cfg.normalise)
     corpus = build_corpus(loaded.rows, cfg.normalise)
     if cfg.plan.plan_file:
         plan = read_plan_file(cfg.plan.plan_file, corpus.rows.get_column("id"))
