@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 
 from contrast_audit import __version__
-from contrast_audit.config import AuditConfig
+from contrast_audit.config import AuditConfig, PlanConfig
 from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, Corpus, build_corpus, role_name
 from contrast_audit.evidence import REGISTRY, SEVERITIES, Detector, default_detectors
 from contrast_audit.io import LoadResult, load_rows
@@ -34,6 +34,8 @@ class AuditResult:
     config_file: str | None = None
     detectors: list[Detector] = field(default_factory=list)
     overlaps: pl.DataFrame = field(default_factory=lambda: empty_overlaps())
+    # What did not stop the audit but changes what it means (printed on stderr, shown in reports).
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def findings(self) -> pl.DataFrame:
@@ -182,6 +184,7 @@ class AuditResult:
             "by_cohort": self.breakdown("cohort"),
             "findings": findings.to_dicts(),
             "mislabelled_negatives": mislabelled.to_dicts(),
+            "warnings": list(self.warnings),
         }
 
 
@@ -207,7 +210,34 @@ def audit(
     batches = plan.global_batches(cfg.plan.world_size)
     tick = progress("Comparing batches", len(batches)) if progress else None
     judgement = judge(corpus, batches, active, cfg.loss.directions, tick)
-    return AuditResult(cfg, loaded, corpus, plan, len(batches), judgement, config_file, active)
+    result = AuditResult(cfg, loaded, corpus, plan, len(batches), judgement, config_file, active)
+    result.warnings = [*loaded.warnings, *plan_warnings(cfg, corpus.n_rows, plan, len(batches), judgement.candidates)]
+    return result
+
+
+def plan_warnings(cfg: AuditConfig, n_rows: int, plan: Plan, n_sets: int, candidates: int) -> list[str]:
+    """Silent no-ops made visible: settings a plan file overrides, rows in no batch, nothing compared."""
+    out: list[str] = []
+    p, default = cfg.plan, PlanConfig()
+    if p.plan_file:
+        ignored = [
+            f"{name.replace('_', '-')} {getattr(p, name)}"
+            for name in ("batch_size", "seed", "epochs", "drop_last", "sampler")
+            if getattr(p, name) != getattr(default, name)
+        ]
+        if ignored:
+            out.append(f"{', '.join(ignored)} ignored: the plan file {p.plan_file} fixes the batches")
+    covered = int(np.unique(plan.rows).size)
+    if covered < n_rows:
+        why = (
+            "--drop-last drops the last incomplete batch" if p.drop_last and not p.plan_file else "the plan omits them"
+        )
+        out.append(f"{n_rows - covered} of {n_rows} rows are in no batch and were not checked ({why})")
+    if n_sets == 0:
+        out.append("no comparison sets: no batch was formed, so nothing was compared")
+    elif candidates == 0:
+        out.append("no candidate was compared: every comparison set holds a single row")
+    return out
 
 
 OVERLAP_SCHEMA = {

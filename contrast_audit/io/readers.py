@@ -329,7 +329,8 @@ def _read_jsonl_slow(
             _bad(path, number, problem.reason, on_bad_row, skipped, problem.fix)
             continue
         except json.JSONDecodeError as exc:
-            reason = f"is not valid JSON ({exc.msg} at character {exc.colno})"
+            # json's own message can end in "starting at": the position follows once, not twice.
+            reason = f"is not valid JSON ({exc.msg.removesuffix(' at')} at character {exc.colno})"
             if "\r" in line:
                 reason += "; the line holds a bare carriage return (mixed line endings?)"
             looks_delimited = ("," in line or "\t" in line) and not line.lstrip().startswith(("{", "["))
