@@ -211,7 +211,10 @@ def audit(
     tick = progress("Comparing batches", len(batches)) if progress else None
     judgement = judge(corpus, batches, active, cfg.loss.directions, tick)
     result = AuditResult(cfg, loaded, corpus, plan, len(batches), judgement, config_file, active)
-    result.warnings = [*loaded.warnings, *plan_warnings(cfg, corpus.n_rows, plan, len(batches), judgement.candidates)]
+    stores = {id(s): s for d in active if (s := getattr(d, "store", None)) is not None}
+    cache_warnings = [w for s in stores.values() for w in getattr(s, "warnings", [])]
+    plan_notes = plan_warnings(cfg, corpus.n_rows, plan, len(batches), judgement.candidates)
+    result.warnings = [*loaded.warnings, *plan_notes, *cache_warnings]
     return result
 
 
