@@ -99,7 +99,10 @@ class ShardCache:
         self.problems: list[str] = []
 
     def paths(self) -> list[Path]:
-        return sorted(self.dir.glob("shard-*.npz")) if self.dir.is_dir() else []
+        if not self.dir.is_dir():
+            return []
+        remove_stale_temporaries(self.dir / "shard")  # left by killed writers
+        return sorted(self.dir.glob("shard-*.npz"))
 
     def load(self, path: Path, fields: tuple[str, ...]) -> dict[str, np.ndarray] | None:
         """One shard's ``fields``, verified; None when the shard is damaged, legacy or gone."""
