@@ -3,7 +3,8 @@ returns an ``AuditResult`` that the formatters and the gate read."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -198,15 +199,19 @@ def audit(
 ) -> AuditResult:
     """Audit pair files for in-batch false negatives under ``config``'s batch plan and loss."""
     cfg = config or AuditConfig()
-    loaded = load_rows(list(paths), cfg.mapping, cfg.on_bad_row, cfg.normalise)
-    corpus = build_corpus(loaded.rows, cfg.normalise)
-    if cfg.plan.plan_file:
-        plan = read_plan_file(cfg.plan.plan_file, corpus.rows.get_column("id"))
-    else:
-        plan = make_plan(cfg.plan, corpus.n_rows, corpus.raw)
+    with _stage(progress, "Loading files"):
+        loaded = load_rows(list(paths), cfg.mapping, cfg.on_bad_row, cfg.normalise)
+    with _stage(progress, "Normalising texts"):
+        corpus = build_corpus(loaded.rows, cfg.normalise)
+    with _stage(progress, "Planning batches"):
+        if cfg.plan.plan_file:
+            plan = read_plan_file(cfg.plan.plan_file, corpus.rows.get_column("id"))
+        else:
+            plan = make_plan(cfg.plan, corpus.n_rows, corpus.raw)
     active = list(detectors) if detectors is not None else default_detectors(cfg, progress)
     for detector in active:
-        detector.prepare(corpus)
+        with _stage(progress, f"Preparing {detector.name} evidence"):
+            detector.prepare(corpus)
     batches = plan.global_batches(cfg.plan.world_size)
     tick = progress("Comparing batches", len(batches)) if progress else None
     judgement = judge(corpus, batches, active, cfg.loss.directions, tick)
@@ -216,6 +221,15 @@ def audit(
     plan_notes = plan_warnings(cfg, corpus.n_rows, plan, len(batches), judgement.candidates)
     result.warnings = [*loaded.warnings, *plan_notes, *cache_warnings]
     return result
+
+
+@contextmanager
+def _stage(progress: Progress | None, description: str) -> Iterator[None]:
+    """A live bar (with its elapsed time) for a stage that reports no finer progress."""
+    tick = progress(description, 1) if progress else None
+    yield
+    if tick:
+        tick(1)
 
 
 def plan_warnings(cfg: AuditConfig, n_rows: int, plan: Plan, n_sets: int, candidates: int) -> list[str]:
