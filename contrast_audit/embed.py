@@ -138,9 +138,21 @@ class ShardCache:
 
     def read(self, fields: tuple[str, ...]) -> dict[str, np.ndarray] | None:
         """Every shard's ``fields``, concatenated in shard-name order; None when nothing is stored."""
-        loaded = [part for path in self.paths() if (part := self.load(path, fields)) is not None]
-        if not loaded:
+        parts = [(path, part) for path in self.paths() if (part := self.load(path, fields)) is not None]
+        if not parts:
             return None
+        # Shards of one directory share their arrays' trailing shape; the one most rows have wins.
+        shapes: dict[tuple, int] = {}
+        for _, part in parts:
+            shape = tuple(part[f].shape[1:] for f in fields)
+            shapes[shape] = shapes.get(shape, 0) + len(part[fields[0]])
+        usual = max(shapes, key=lambda k: shapes[k])
+        loaded = []
+        for path, part in parts:
+            if tuple(part[f].shape[1:] for f in fields) == usual:
+                loaded.append(part)
+            else:
+                self._damaged(path, "arrays shaped unlike the other shards'")
         return {f: np.concatenate([part[f] for part in loaded]) for f in fields}
 
     def write(self, keys: np.ndarray, **arrays: np.ndarray) -> None:

@@ -109,7 +109,9 @@ def test_pickled_arrays_are_never_loaded(cache: EmbeddingCache, tmp_path: Path) 
 
     objects = np.array([Payload()], dtype=object)
     with (cache.dir / "shard-evil.npz").open("wb") as handle:
-        np.savez(handle, keys=objects, vectors=objects, sum_keys=np.zeros(32, np.uint8), sum_vectors=np.zeros(32, np.uint8))
+        np.savez(
+            handle, keys=objects, vectors=objects, sum_keys=np.zeros(32, np.uint8), sum_vectors=np.zeros(32, np.uint8)
+        )
     found, _ = cache.lookup(_keys(1))
     assert not found.any() and not marker.exists()
     assert cache.problems and "damaged" in cache.problems[0]
@@ -254,3 +256,11 @@ def test_an_interrupted_run_resumes_where_it_stopped(tmp_path: Path, monkeypatch
     again.prepare(c)
     assert 3 <= again.stats["cached"] < c.n_texts  # what three encode calls computed was kept
     assert again.stats["cached"] + again.stats["embedded"] == c.n_texts
+
+
+def test_a_shard_of_another_width_is_refused(cache: EmbeddingCache) -> None:
+    cache.store(_keys(3), _vectors(3))
+    cache.write(_keys(2, 10), vectors=np.zeros((2, 5), np.float16))
+    found, vectors = cache.lookup(_keys(3))
+    assert found.all() and vectors is not None and vectors.shape == (3, 8)
+    assert len(cache.problems) == 1 and "unlike the other shards" in cache.problems[0]

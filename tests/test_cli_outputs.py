@@ -155,6 +155,8 @@ def test_warnings_in_text_and_markdown(tmp_path: Path) -> None:
     assert "**warning**: no comparison sets" in (tmp_path / "r.md").read_text()
     assert scan("in.jsonl", "--drop-last", "--batch-size", "64", "--output", "r.txt").exit_code == 0
     assert "warning  no comparison sets" in (tmp_path / "r.txt").read_text()
+    assert scan("in.jsonl", "--drop-last", "--batch-size", "64", "--output", "r.html").exit_code == 0
+    assert "no comparison sets" in (tmp_path / "r.html").read_text()
 
 
 def test_a_clean_scan_has_no_warnings() -> None:
