@@ -527,6 +527,7 @@ def negatives(
     from contrast_audit.config import build_config
     from contrast_audit.errors import ConfigError
     from contrast_audit.negatives import alleged_negatives, render_json, render_text
+    from contrast_audit.report.common import plural
 
     settings, origin = options.settings()
     settings["embeddings"] = True
@@ -546,7 +547,8 @@ def negatives(
             _emit(render_text(result, table, per_anchor=per_anchor, color=color), target)
     if not quiet:
         _stderr().print(
-            f"contrast-audit: {table.height} alleged negatives listed from {result.judgement.candidates} candidates",
+            f"contrast-audit: {plural(table.height, 'alleged negative')} listed from "
+            f"{plural(result.judgement.candidates, 'candidate')}",
             markup=False,
         )
     raise typer.Exit(EXIT_OK)

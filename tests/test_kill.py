@@ -89,7 +89,7 @@ def _kill_rounds(tmp: Path, extra: tuple[str, ...], rounds: int, seed: int) -> N
 
 def test_sigkill_during_a_lexical_scan(tmp_path: Path) -> None:
     _data(tmp_path / "pairs.jsonl", 5_000)
-    _kill_rounds(tmp_path, ("--no-embeddings",), int(os.environ.get("KILL_ROUNDS", "3")), seed=1)
+    _kill_rounds(tmp_path, ("--no-embeddings",), int(os.environ.get("KILL_ROUNDS", "2")), seed=1)
 
 
 @pytest.mark.slow
