@@ -481,6 +481,66 @@ def negatives(
     raise typer.Exit(EXIT_OK)
 
 
+class Strategy(str, Enum):
+    mask = "mask"
+    group = "group"
+    multi_positive = "multi-positive"
+
+
+class Severity(str, Enum):
+    certain = "certain"
+    likely = "likely"
+    suspect = "suspect"
+
+
+@app.command()
+@handle_errors
+@audit_options()
+def manifest(
+    data: Data,
+    options: AuditOptions,
+    out: Annotated[Path, _opt("Write the manifest here (JSON Lines, atomically).", "Output", "--out")],
+    strategy: Annotated[
+        Strategy | None,
+        _opt(
+            "mask: your plan, findings masked; group: related rows re-planned into different batches, the rest masked; multi-positive: related rows batched together as each other's positives.  \\[default: mask]",
+            "Manifest",
+        ),
+    ] = None,
+    mask_severity: Annotated[
+        Severity | None,
+        _opt("Act on findings of this severity and above.  \\[default: likely]", "Manifest"),
+    ] = None,
+    quiet: Quiet = False,
+) -> None:
+    """Write a batch manifest that masks, separates or groups the false negatives, for the bundled trainer or your own."""
+    from contrast_audit.config import build_config
+    from contrast_audit.io import write_atomic
+    from contrast_audit.manifest import build_manifest
+
+    settings, origin = options.settings(strategy=strategy, mask_severity=mask_severity)
+    cfg = build_config(settings)
+    with progress_bars(not quiet and sys.stderr.isatty()) as progress:
+        result = build_manifest(
+            data,
+            cfg,
+            strategy=settings.get("strategy", "mask"),
+            mask_severity=settings.get("mask_severity", "likely"),
+            progress=progress,
+            config_file=origin,
+        )
+    write_atomic(out, result.render())
+    if not quiet:
+        c = result.counts
+        _stderr().print(
+            f"contrast-audit: {result.manifest.strategy} manifest for {c['rows_planned']} rows in {c['batches']} "
+            f"batches written to {out}: {c['masked_pairs']} masked pairs, {c['positive_pairs']} positive pairs, "
+            f"{c['conflicts_left']} related pairs left sharing a batch (masked)",
+            markup=False,
+        )
+    raise typer.Exit(EXIT_OK)
+
+
 def main() -> None:
     """Console-script entry point."""
     app()
