@@ -8,7 +8,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -20,6 +20,7 @@ from rich.text import Text
 
 from contrast_audit import __version__
 from contrast_audit.errors import EXIT_GATE_FAILED, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, AuditError
+from contrast_audit.gate import GRAMMAR as GATE_GRAMMAR
 
 app = typer.Typer(
     name="contrast-audit",
@@ -29,7 +30,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-ISSUES_URL = "https://github.com/contrast-audit/contrast-audit/issues"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -43,6 +43,11 @@ class Format(str, Enum):
 class Sampler(str, Enum):
     random = "random"
     no_duplicates = "no-duplicates"
+
+
+class NegativesFormat(str, Enum):
+    text = "text"
+    json = "json"
 
 
 class OnBadRow(str, Enum):
@@ -73,8 +78,9 @@ def handle_errors(func: F) -> F:
             console.print(
                 Text.assemble(
                     ("internal error:", "bold red"),
-                    f" {type(exc).__name__}: {exc} — this is a bug in contrast-audit {__version__}; "
-                    f"please report it with the command you ran at {ISSUES_URL}",
+                    f" {type(exc).__name__}: {exc} — this is a bug in contrast-audit {__version__}. "
+                    "When you report it to the maintainers, include the version, the command you ran and "
+                    "the output of the same command with CONTRAST_AUDIT_DEBUG=1 set (it adds the traceback).",
                 )
             )
             if os.environ.get("CONTRAST_AUDIT_DEBUG"):
@@ -269,7 +275,14 @@ ConfigFile = Annotated[
     _opt("Settings file (default: ./contrast-audit.toml or \\[tool.contrast-audit] in ./pyproject.toml).", "Input"),
 ]
 FormatOpt = Annotated[Format | None, _opt("Report format.  \\[default: text]", "Output", "--format")]
-OutputOpt = Annotated[Path | None, _opt("Write the report here (atomically) instead of stdout.", "Output")]
+OutputOpt = Annotated[
+    str | None,
+    _opt(
+        "Write the report here (atomically; checked before the scan) instead of stdout; without --format the "
+        "extension picks the format (.json, .md, .html, .txt).",
+        "Output",
+    ),
+]
 Quiet = Annotated[bool, _opt("No progress bars and no summary line on stderr.", "Output", "--quiet", "-q")]
 
 
@@ -370,14 +383,64 @@ def audit_options(*, exclude: tuple[str, ...] = ()) -> Callable[[F], F]:
     return decorate
 
 
-def _emit(rendered: str, output: Path | None) -> None:
-    from contrast_audit.io import write_atomic
+# Report formats implied by an --output extension.
+EXTENSION_FORMATS = {
+    ".json": "json",
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".html": "html",
+    ".htm": "html",
+    ".txt": "text",
+}
 
-    if output is not None:
-        write_atomic(output, rendered)
+
+def output_format_for(output: str | None, explicit: str | None, allowed: tuple[str, ...]) -> str:
+    """The format: ``--format`` (or the settings file), else the output's extension, else text. A
+    format that contradicts a known extension is refused (a .json file holding text would mislead)."""
+    from contrast_audit.errors import ConfigError
+
+    implied = EXTENSION_FORMATS.get(Path(output).suffix.lower()) if output else None
+    if explicit is not None:
+        if explicit not in allowed:
+            raise ConfigError(f"format must be one of {', '.join(allowed)}, got {explicit!r}")
+        if implied is not None and implied != explicit:
+            raise ConfigError(
+                f"--format {explicit} contradicts --output {output} (a {implied} file name)",
+                fix=f"drop --format, or name the file for {explicit}",
+            )
+        return explicit
+    if implied is not None and implied not in allowed:
+        raise ConfigError(
+            f"--output {output}: this command writes {' or '.join(allowed)}, not {implied}",
+            fix="choose another file name or pass --format",
+        )
+    return implied or "text"
+
+
+def open_output(output: str | None, data: list[str], settings: dict[str, Any], origin: str | None):
+    """The checked ``--output`` (see ``io.atomic.OutputTarget``), before any work; None for stdout."""
+    from contrast_audit.io.atomic import OutputTarget
+    from contrast_audit.io.load import expand_paths
+
+    if output is None:
+        return nullcontext(None)
+    inputs = [str(p) for p in expand_paths(data)]
+    inputs += [str(v) for v in (settings.get("plan"), origin) if v]
+    return OutputTarget(output, inputs=inputs, option="--output")
+
+
+def _emit(rendered: str, target: Any) -> None:
+    if target is not None:
+        target.write(rendered)
     else:
         sys.stdout.write(rendered)
         sys.stdout.flush()
+
+
+def _warn(warnings: list[str]) -> None:
+    err = _stderr()
+    for line in warnings:
+        err.print(Text.assemble(("warning:", "bold yellow"), " ", line))
 
 
 @app.command()
@@ -392,7 +455,10 @@ def scan(
     fail_on: Annotated[
         list[str] | None,
         _opt(
-            "Gate: exit 1 when METRIC OP NUMBER holds, e.g. findings>0, fn-rate>0.001, likely>10; repeatable.", "Gate"
+            "Gate: exit 1 when a condition holds, e.g. findings>0, fn-rate>0.001, likely>10. Grammar: "
+            + GATE_GRAMMAR
+            + ". Metrics: findings, certain, likely, suspect, fn-rate, rows-affected, mislabelled, and one per evidence kind.",
+            "Gate",
         ),
     ] = None,
     quiet: Quiet = False,
@@ -400,25 +466,22 @@ def scan(
     """Simulate the batch plan and report the false negatives each batch will contain."""
     from contrast_audit.api import AuditResult, audit
     from contrast_audit.config import build_config
-    from contrast_audit.errors import ConfigError
     from contrast_audit.gate import evaluate, parse
     from contrast_audit.report import FORMATTERS, summary_line
 
-    settings, origin = options.settings(format=output_format, fail_on=fail_on or None)
+    settings, origin = options.settings(format=output_format, fail_on=fail_on)
     cfg = build_config(settings)
-    fmt = settings.get("format", "text")
-    if fmt not in FORMATTERS:
-        raise ConfigError(f"format must be one of {', '.join(FORMATTERS)}, got {fmt!r}")
+    fmt = output_format_for(output, settings.get("format"), tuple(FORMATTERS))
     expressions = settings.get("fail_on") or []
     expressions = [expressions] if isinstance(expressions, str) else list(expressions)
 
     conditions = parse(expressions, sorted(AuditResult.METRICS))  # before the scan: typos cost nothing
-
-    with progress_bars(not quiet and sys.stderr.isatty()) as progress:
-        result = audit(data, cfg, progress=progress, config_file=origin)
-
-    color = fmt == "text" and output is None and sys.stdout.isatty()
-    _emit(FORMATTERS[fmt](result, top=top, color=color), output)
+    with open_output(output, data, settings, origin) as target:
+        with progress_bars(not quiet and sys.stderr.isatty()) as progress:
+            result = audit(data, cfg, progress=progress, config_file=origin)
+        _warn(result.warnings)
+        color = fmt == "text" and output is None and sys.stdout.isatty()
+        _emit(FORMATTERS[fmt](result, top=top, color=color), target)
 
     gate = evaluate(conditions, result.metrics())
     if not quiet:
@@ -437,9 +500,16 @@ def negatives(
     data: Data,
     options: AuditOptions,
     output_format: Annotated[
-        Format | None, _opt("Output format: text or json.  \\[default: text]", "Output", "--format")
+        NegativesFormat | None, _opt("Output format.  \\[default: text]", "Output", "--format")
     ] = None,
-    output: OutputOpt = None,
+    output: Annotated[
+        str | None,
+        _opt(
+            "Write the list here (atomically; checked before the scan) instead of stdout; without --format a .json "
+            "name writes JSON.",
+            "Output",
+        ),
+    ] = None,
     top: Annotated[int, _opt("How many alleged negatives (or anchors, with --per-anchor) to list.", "Output")] = 20,
     per_anchor: Annotated[
         int,
@@ -461,18 +531,19 @@ def negatives(
     settings, origin = options.settings()
     settings["embeddings"] = True
     cfg = build_config(settings)
-    fmt = output_format.value if output_format else "text"
-    if fmt not in ("text", "json"):
-        raise ConfigError(f"negatives --format must be text or json, got {fmt!r}")
+    fmt = output_format_for(output, output_format.value if output_format else None, ("text", "json"))
     if top < 1 or per_anchor < 0:
         raise ConfigError("--top must be >= 1 and --per-anchor >= 0")
-    with progress_bars(not quiet and sys.stderr.isatty()) as progress:
-        result = audit(data, cfg, progress=progress, config_file=origin)
-        table = alleged_negatives(result, top=top, per_anchor=per_anchor, sources=only_source, cohorts=only_cohort)
-    if fmt == "json":
-        _emit(render_json(result, table, top=top, per_anchor=per_anchor), output)
-    else:
-        _emit(render_text(result, table, per_anchor=per_anchor, color=output is None and sys.stdout.isatty()), output)
+    with open_output(output, data, settings, origin) as target:
+        with progress_bars(not quiet and sys.stderr.isatty()) as progress:
+            result = audit(data, cfg, progress=progress, config_file=origin)
+            table = alleged_negatives(result, top=top, per_anchor=per_anchor, sources=only_source, cohorts=only_cohort)
+        _warn(result.warnings)
+        if fmt == "json":
+            _emit(render_json(result, table, top=top, per_anchor=per_anchor), target)
+        else:
+            color = output is None and sys.stdout.isatty()
+            _emit(render_text(result, table, per_anchor=per_anchor, color=color), target)
     if not quiet:
         _stderr().print(
             f"contrast-audit: {table.height} alleged negatives listed from {result.judgement.candidates} candidates",
