@@ -417,7 +417,9 @@ def output_format_for(output: str | None, explicit: str | None, allowed: tuple[s
     return implied or "text"
 
 
-def open_output(output: str | None, data: list[str], settings: dict[str, Any], origin: str | None):
+def open_output(
+    output: str | None, data: list[str], settings: dict[str, Any], origin: str | None, option: str = "--output"
+):
     """The checked ``--output`` (see ``io.atomic.OutputTarget``), before any work; None for stdout."""
     from contrast_audit.io.atomic import OutputTarget
     from contrast_audit.io.load import expand_paths
@@ -426,7 +428,7 @@ def open_output(output: str | None, data: list[str], settings: dict[str, Any], o
         return nullcontext(None)
     inputs = [str(p) for p in expand_paths(data)]
     inputs += [str(v) for v in (settings.get("plan"), origin) if v]
-    return OutputTarget(output, inputs=inputs, option="--output")
+    return OutputTarget(output, inputs=inputs, option=option)
 
 
 def _emit(rendered: str, target: Any) -> None:
@@ -570,7 +572,7 @@ class Severity(str, Enum):
 def manifest(
     data: Data,
     options: AuditOptions,
-    out: Annotated[Path, _opt("Write the manifest here (JSON Lines, atomically).", "Output", "--out")],
+    out: Annotated[str, _opt("Write the manifest here (JSON Lines, atomically).", "Output", "--out")],
     strategy: Annotated[
         Strategy | None,
         _opt(
@@ -586,12 +588,14 @@ def manifest(
 ) -> None:
     """Write a batch manifest that masks, separates or groups the false negatives, for the bundled trainer or your own."""
     from contrast_audit.config import build_config
-    from contrast_audit.io import write_atomic
     from contrast_audit.manifest import build_manifest
 
     settings, origin = options.settings(strategy=strategy, mask_severity=mask_severity)
     cfg = build_config(settings)
-    with progress_bars(not quiet and sys.stderr.isatty()) as progress:
+    with (
+        open_output(out, data, settings, origin, "--out") as target,
+        progress_bars(not quiet and sys.stderr.isatty()) as progress,
+    ):
         result = build_manifest(
             data,
             cfg,
@@ -600,7 +604,7 @@ def manifest(
             progress=progress,
             config_file=origin,
         )
-    write_atomic(out, result.render())
+        target.write(result.render())
     if not quiet:
         c = result.counts
         _stderr().print(
