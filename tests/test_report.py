@@ -54,16 +54,22 @@ def test_json_report_contract(pairs_file):
         "candidate_role",
         "severity",
         "evidence",
+        "baseline",
+        "anchor_text_hash",
+        "candidate_text_hash",
     }
     assert finding["evidence"] == [{"kind": "exact", "score": 1.0, "threshold": 1.0}]
-    assert report["mislabelled_negatives"] == [
-        {
-            "row_id": "d",
-            "negative": "negative_1",
-            "severity": "certain",
-            "evidence": [{"kind": "exact", "score": 1.0, "threshold": 1.0}],
-        }
-    ]
+    (mislabelled,) = report["mislabelled_negatives"]
+    hashes = {k: mislabelled.pop(k) for k in ("anchor_text_hash", "negative_text_hash")}
+    assert mislabelled == {
+        "row_id": "d",
+        "negative": "negative_1",
+        "severity": "certain",
+        "evidence": [{"kind": "exact", "score": 1.0, "threshold": 1.0}],
+        "baseline": False,
+    }
+    assert all(len(h) == 16 for h in hashes.values())
+    assert report["overlaps"] == [] and report["baseline"] is None
     by_source = {r["source"]: r for r in report["by_source"]}
     assert by_source["forum"]["findings"] == 1 and by_source["docs"]["findings"] == 1
 
