@@ -11,13 +11,17 @@ from rich.table import Table
 
 from contrast_audit.api import AuditResult
 from contrast_audit.report.common import (
+    OVERLAP_TITLES,
+    baseline_lines,
     clip,
     embedding_line,
     evidence_text,
+    has_reference,
     mapping_lines,
     mislabelled_rows,
     plan_line,
     top_findings,
+    top_overlaps,
 )
 
 SEVERITY_STYLE = {"certain": "bold red", "likely": "yellow", "suspect": "cyan"}
@@ -52,9 +56,16 @@ def render(result: AuditResult, *, top: int = 20, color: bool = False, width: in
         ("false-negative rate", f"{c['fn_rate']:.4%}"),
         ("rows affected", c["rows_affected"]),
         ("mislabelled hard negatives", c["mislabelled_negatives"]),
+        *(
+            (("overlaps with existing data", c["overlaps"]), ("leaks of eval data", c["leaks"]))
+            if has_reference(result)
+            else ()
+        ),
     ):
         summary.add_row(label, str(value))
     console.print(summary)
+    for line in baseline_lines(result):
+        console.print(f"  baseline {line}", markup=False)
 
     kinds = Table(title="Findings by evidence", title_justify="left")
     kinds.add_column("kind")
@@ -122,6 +133,26 @@ def render(result: AuditResult, *, top: int = 20, color: bool = False, width: in
                 escape(clip(r["anchor_text"], 50)),
                 escape(clip(r["positive_text"], 50)),
                 escape(clip(r["negative_text"], 50)) + f"\n[dim]{r['negative']}[/dim]",
+                evidence_text(r["evidence"]),
+            )
+        console.print(table)
+    for target in ("eval", "existing"):
+        total, shown = top_overlaps(result, target, top)
+        if not total:
+            continue
+        table = Table(title=f"{OVERLAP_TITLES[target]} ({len(shown)} of {total})", title_justify="left")
+        for name in ("severity", "new row", "text", "matched row", "matched text", "evidence"):
+            table.add_column(name, overflow="fold")
+        for r in shown:
+            sev = r["severity"]
+            mark = " [dim](baseline)[/dim]" if r["baseline"] else ""
+            table.add_row(
+                f"[{SEVERITY_STYLE[sev]}]{sev}[/]{mark}",
+                escape(f"{r['file']}:{r['line']}") + f"\n[dim]{escape(str(r['row_id']))} {escape(r['role'])}[/dim]",
+                escape(clip(r["text"] or "", 50)),
+                escape(f"{r['target_file']}:{r['target_line']}")
+                + f"\n[dim]{escape(str(r['target_id']))} {escape(r['target_role'])}[/dim]",
+                escape(clip(r["target_text"] or "", 50)),
                 evidence_text(r["evidence"]),
             )
         console.print(table)
