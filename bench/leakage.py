@@ -141,7 +141,7 @@ def build(data: Path, work: Path, seed: int) -> dict:
         row = {"anchor": s1, "positive": title()}
         existing.append(row)
         new.append({"anchor": _variant(row["anchor"], k), "positive": row["positive"], "kind": "repeat-copy"})
-    for k, (s1, s2) in enumerate(take(para_iter, SIZES["repeat-paraphrase"])):
+    for s1, s2 in take(para_iter, SIZES["repeat-paraphrase"]):
         existing.append({"anchor": s1, "positive": title()})
         new.append({"anchor": s2, "positive": title(), "kind": "repeat-paraphrase"})
     for s1, s2 in take(hard_iter, SIZES["hard-existing"]):
