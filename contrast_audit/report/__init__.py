@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from contrast_audit.api import AuditResult
-from contrast_audit.report import html, json_format, markdown, text
+from contrast_audit.report import html, json_format, markdown, sarif, text
 
 FORMATTERS: dict[str, Callable[..., str]] = {
     "text": text.render,
     "json": json_format.render,
     "markdown": markdown.render,
     "html": html.render,
+    "sarif": sarif.render,
 }
 
 
