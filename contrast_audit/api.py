@@ -4,7 +4,7 @@ returns an ``AuditResult`` that the formatters and the gate read."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -17,6 +17,8 @@ from contrast_audit.evidence import REGISTRY, SEVERITIES, Detector, default_dete
 from contrast_audit.io import LoadResult, load_rows
 from contrast_audit.judge import Judgement, judge
 from contrast_audit.plan import Plan, make_plan, read_plan_file
+from contrast_audit.plan.manifest import check_fingerprint, read_manifest
+from contrast_audit.plan.masking import is_manifest_file, manifest_plan, mark_masked
 
 SCHEMA_VERSION = "1"
 
@@ -37,15 +39,25 @@ class AuditResult:
 
     @property
     def findings(self) -> pl.DataFrame:
+        """Every in-batch finding, those a manifest masks (``masked``) or a baseline holds (``baseline``) too."""
         return self.judgement.findings
 
     @property
     def mislabelled(self) -> pl.DataFrame:
         return self.judgement.mislabelled
 
+    @property
+    def active_findings(self) -> pl.DataFrame:
+        """The findings the counts and the gate see: neither masked by a manifest nor in the baseline."""
+        return self.findings.filter(~pl.col("masked") & ~pl.col("baseline"))
+
+    @property
+    def active_mislabelled(self) -> pl.DataFrame:
+        return self.mislabelled.filter(~pl.col("masked") & ~pl.col("baseline"))
+
     def counts(self) -> dict[str, Any]:
-        """Headline numbers (also the metrics the gate reads)."""
-        f = self.findings
+        """Headline numbers (also the metrics the gate reads). Masked and baseline findings are counted apart."""
+        f = self.active_findings
         sev = f.get_column("severity").cast(pl.String).value_counts()
         by_sev = {s: 0 for s in SEVERITIES}
         by_sev.update(dict(sev.iter_rows()))
@@ -72,7 +84,11 @@ class AuditResult:
             "by_kind": by_kind,
             "fn_rate": (f.height / candidates) if candidates else 0.0,
             "rows_affected": f.get_column("anchor_row").n_unique(),
-            "mislabelled_negatives": self.mislabelled.height,
+            "mislabelled_negatives": self.active_mislabelled.height,
+            "masked": {
+                "findings": int(self.findings.get_column("masked").sum()),
+                "mislabelled_negatives": int(self.mislabelled.get_column("masked").sum()),
+            },
         }
 
     def breakdown(self, column: str) -> list[dict[str, Any]]:
@@ -82,7 +98,7 @@ class AuditResult:
             pl.Series("candidates", self.judgement.candidates_per_row),
             pl.int_range(pl.len(), dtype=pl.Int64).alias("row"),
         )
-        f = self.findings.join(per_row.select("row", "value"), left_on="anchor_row", right_on="row")
+        f = self.active_findings.join(per_row.select("row", "value"), left_on="anchor_row", right_on="row")
         found = f.group_by("value").agg(
             pl.len().alias("findings"),
             pl.col("anchor_row").n_unique().alias("rows_affected"),
@@ -149,6 +165,8 @@ class AuditResult:
             "candidate_role",
             pl.col("severity").cast(pl.String),
             "evidence",
+            "masked",
+            "baseline",
         )
         ids = self.corpus.rows.get_column("id")
         mis = self.mislabelled
@@ -157,6 +175,8 @@ class AuditResult:
             _role_names(mis.get_column("cand_role")).alias("negative"),
             pl.col("severity").cast(pl.String),
             "evidence",
+            "masked",
+            "baseline",
         )
         return {
             "schema_version": SCHEMA_VERSION,
@@ -185,6 +205,44 @@ class AuditResult:
         }
 
 
+@dataclass
+class Prepared:
+    """Loaded rows, their corpus and the detectors prepared on it: the stages before a plan."""
+
+    config: AuditConfig
+    loaded: LoadResult
+    corpus: Corpus
+    detectors: list[Detector]
+
+
+def prepare(
+    paths: Sequence[str],
+    config: AuditConfig | None = None,
+    *,
+    detectors: Sequence[Detector] | None = None,
+    progress: Progress | None = None,
+    before_evidence: Callable[[LoadResult], None] | None = None,
+) -> Prepared:
+    """Load, normalise and prepare the evidence (embedding texts when the detectors need it).
+    ``before_evidence`` runs on the loaded rows first, so a bad plan or manifest fails before any embedding."""
+    cfg = config or AuditConfig()
+    loaded = load_rows(list(paths), cfg.mapping, cfg.on_bad_row)
+    corpus = build_corpus(loaded.rows, cfg.normalise)
+    if before_evidence is not None:
+        before_evidence(loaded)
+    active = list(detectors) if detectors is not None else default_detectors(cfg, progress)
+    for detector in active:
+        detector.prepare(corpus)
+    return Prepared(cfg, loaded, corpus, active)
+
+
+def judge_plan(prepared: Prepared, plan: Plan, world_size: int, progress: Progress | None = None) -> Judgement:
+    """Judge every global batch of ``plan``."""
+    batches = plan.global_batches(world_size)
+    tick = progress("Comparing batches", len(batches)) if progress else None
+    return judge(prepared.corpus, batches, prepared.detectors, prepared.config.loss.directions, tick)
+
+
 def audit(
     paths: Sequence[str],
     config: AuditConfig | None = None,
@@ -193,21 +251,43 @@ def audit(
     progress: Progress | None = None,
     config_file: str | None = None,
 ) -> AuditResult:
-    """Audit pair files for in-batch false negatives under ``config``'s batch plan and loss."""
+    """Audit pair files for in-batch false negatives under ``config``'s batch plan and loss.
+
+    A plan file that is a manifest (``contrast-audit manifest``) is checked against the data's fingerprint,
+    planned with its own world size, and the findings it masks or marks as positives are flagged ``masked``.
+    """
     cfg = config or AuditConfig()
-    loaded = load_rows(list(paths), cfg.mapping, cfg.on_bad_row)
-    corpus = build_corpus(loaded.rows, cfg.normalise)
-    if cfg.plan.plan_file:
-        plan = read_plan_file(cfg.plan.plan_file, corpus.rows.get_column("id"))
-    else:
-        plan = make_plan(cfg.plan, corpus.n_rows, corpus.raw)
-    active = list(detectors) if detectors is not None else default_detectors(cfg, progress)
-    for detector in active:
-        detector.prepare(corpus)
-    batches = plan.global_batches(cfg.plan.world_size)
-    tick = progress("Comparing batches", len(batches)) if progress else None
-    judgement = judge(corpus, batches, active, cfg.loss.directions, tick)
-    return AuditResult(cfg, loaded, corpus, plan, len(batches), judgement, config_file, active)
+    manifest = None
+    plan: Plan | None = None
+
+    def read_plan(loaded: LoadResult) -> None:
+        nonlocal manifest, plan, cfg
+        ids = loaded.rows.get_column("id")
+        if cfg.plan.plan_file and is_manifest_file(cfg.plan.plan_file):
+            manifest = read_manifest(cfg.plan.plan_file)
+            check_fingerprint(manifest, loaded.rows, ", ".join(loaded.files))
+            plan = manifest_plan(manifest, ids)
+            cfg = replace(cfg, plan=replace(cfg.plan, world_size=manifest.world_size))
+        elif cfg.plan.plan_file:
+            plan = read_plan_file(cfg.plan.plan_file, ids)
+
+    prepared = prepare(paths, cfg, detectors=detectors, progress=progress, before_evidence=read_plan)
+    prepared.config = cfg
+    if plan is None:
+        plan = make_plan(cfg.plan, prepared.corpus.n_rows, prepared.corpus.raw)
+    judgement = judge_plan(prepared, plan, cfg.plan.world_size, progress)
+    if manifest is not None:
+        judgement = mark_masked(judgement, manifest, prepared.corpus.rows.get_column("id"), plan, cfg.plan.world_size)
+    return AuditResult(
+        cfg,
+        prepared.loaded,
+        prepared.corpus,
+        plan,
+        len(plan.global_batches(cfg.plan.world_size)),
+        judgement,
+        config_file,
+        prepared.detectors,
+    )
 
 
 OVERLAP_SCHEMA = {
@@ -237,4 +317,13 @@ def _role_names(codes: pl.Series) -> pl.Series:
     return codes.replace_strict(names, return_dtype=pl.String) if names else codes.cast(pl.String)
 
 
-__all__ = ["OVERLAP_SCHEMA", "SCHEMA_VERSION", "AuditResult", "audit", "empty_overlaps"]
+__all__ = [
+    "OVERLAP_SCHEMA",
+    "SCHEMA_VERSION",
+    "AuditResult",
+    "Prepared",
+    "audit",
+    "empty_overlaps",
+    "judge_plan",
+    "prepare",
+]

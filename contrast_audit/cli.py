@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -131,7 +133,7 @@ def _opt(help_text: str, panel: str, *names: str, **kwargs: Any) -> Any:
     return typer.Option(*names, help=help_text, rich_help_panel=panel, **kwargs)
 
 
-# Options shared by `scan` and `negatives`: one declaration each.
+# Option declarations; those in AUDIT_OPTIONS are shared by every command that plans and judges batches.
 Data = Annotated[list[str], typer.Argument(help="Pair files (JSONL, CSV, TSV, Parquet) or globs.", show_default=False)]
 AnchorCol = Annotated[str | None, _opt("Column holding the anchor (query).", "Columns")]
 PositiveCol = Annotated[
@@ -271,19 +273,101 @@ OutputOpt = Annotated[Path | None, _opt("Write the report here (atomically) inst
 Quiet = Annotated[bool, _opt("No progress bars and no summary line on stderr.", "Output", "--quiet", "-q")]
 
 
-def _settings(config: Path | None, **flags: Any) -> tuple[dict[str, Any], str | None]:
-    """Flags (those given) over the settings file."""
-    from contrast_audit.config import load_config_file
+# The options every command that plans and judges batches shares (scan, negatives, manifest): declared
+# once here, added to each command's signature by ``@audit_options`` and handed to it as one object.
+AUDIT_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("anchor", AnchorCol),
+    ("positive", PositiveCol),
+    ("negative", NegativeCols),
+    ("id_column", IdCol),
+    ("source", SourceCol),
+    ("cohort", CohortCol),
+    ("group", GroupCol),
+    ("batch_size", BatchSize),
+    ("seed", Seed),
+    ("epochs", Epochs),
+    ("drop_last", DropLast),
+    ("world_size", WorldSize),
+    ("sampler", SamplerOpt),
+    ("plan", PlanFile),
+    ("directions", Directions),
+    ("max_hops", MaxHops),
+    ("number_guard", NumberGuardOpt),
+    ("alignment", Alignment),
+    ("alignment_words", AlignmentWords),
+    ("alignment_match", AlignmentMatch),
+    ("minhash", MinHashOn),
+    ("minhash_threshold", MinHashThreshold),
+    ("num_perm", NumPerm),
+    ("shingle", Shingle),
+    ("ngram", NGram),
+    ("embeddings", EmbeddingsOn),
+    ("model", ModelPath),
+    ("device", Device),
+    ("query_prompt", QueryPrompt),
+    ("doc_prompt", DocPrompt),
+    ("embed_batch_size", EmbedBatch),
+    ("cache_dir", CacheDir),
+    ("cache", UseCache),
+    ("positive_threshold", PositiveThreshold),
+    ("anchor_threshold", AnchorThreshold),
+    ("margin", MarginOn),
+    ("margin_support", MarginSupport),
+    ("absolute_margin", AbsoluteMargin),
+    ("relative_margin", RelativeMargin),
+    ("on_bad_row", OnBad),
+)
+_SETTING_NAMES = {"negative": "negatives", "id_column": "id"}  # flag parameter → settings key
 
-    file_settings, origin = load_config_file(config)
-    for key in ("negatives", "directions"):
-        flags[key] = _split(flags.get(key))
-    for key, value in list(flags.items()):
-        if isinstance(value, Enum):
-            flags[key] = value.value
-        elif isinstance(value, Path):
-            flags[key] = str(value)
-    return {**file_settings, **{k: v for k, v in flags.items() if v is not None}}, origin
+
+@dataclass(frozen=True)
+class AuditOptions:
+    """The shared flags of one command line (those not given are ``None``) and its ``--config`` file."""
+
+    flags: dict[str, Any]
+    config: Path | None
+
+    def settings(self, **own: Any) -> tuple[dict[str, Any], str | None]:
+        """Settings: the shared flags and the command's own setting flags (``own``, those given), over the
+        settings file. Returns them with the file they came from."""
+        from contrast_audit.config import load_config_file
+
+        flags = {_SETTING_NAMES.get(k, k): v for k, v in {**self.flags, **own}.items()}
+        file_settings, origin = load_config_file(self.config)
+        for key in ("negatives", "directions"):
+            flags[key] = _split(flags.get(key))
+        for key, value in list(flags.items()):
+            if isinstance(value, Enum):
+                flags[key] = value.value
+            elif isinstance(value, Path):
+                flags[key] = str(value)
+        return {**file_settings, **{k: v for k, v in flags.items() if v is not None}}, origin
+
+
+def audit_options(*, exclude: tuple[str, ...] = ()) -> Callable[[F], F]:
+    """Add the shared options (less ``exclude``) and ``--config`` after the command's first parameter (its
+    DATA argument); the command receives them as ``options: AuditOptions``."""
+    shared = [(name, annotation) for name, annotation in AUDIT_OPTIONS if name not in exclude]
+
+    def decorate(func: F) -> F:
+        signature = inspect.signature(func, eval_str=True)
+        own = [p for p in signature.parameters.values() if p.name != "options"]
+        added = [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=None)
+            for name, annotation in [*shared, ("config", ConfigFile)]
+        ]
+        keyword_own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own[1:]]
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            flags = {name: kwargs.pop(name, None) for name, _ in shared}
+            options = AuditOptions(flags, kwargs.pop("config", None))
+            return func(*args, options=options, **kwargs)
+
+        wrapper.__signature__ = signature.replace(parameters=[own[0], *added, *keyword_own])  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
 
 
 def _emit(rendered: str, output: Path | None) -> None:
@@ -298,48 +382,10 @@ def _emit(rendered: str, output: Path | None) -> None:
 
 @app.command()
 @handle_errors
+@audit_options()
 def scan(
     data: Data,
-    anchor: AnchorCol = None,
-    positive: PositiveCol = None,
-    negative: NegativeCols = None,
-    id_column: IdCol = None,
-    source: SourceCol = None,
-    cohort: CohortCol = None,
-    group: GroupCol = None,
-    batch_size: BatchSize = None,
-    seed: Seed = None,
-    epochs: Epochs = None,
-    drop_last: DropLast = None,
-    world_size: WorldSize = None,
-    sampler: SamplerOpt = None,
-    plan: PlanFile = None,
-    directions: Directions = None,
-    max_hops: MaxHops = None,
-    number_guard: NumberGuardOpt = None,
-    alignment: Alignment = None,
-    alignment_words: AlignmentWords = None,
-    alignment_match: AlignmentMatch = None,
-    minhash: MinHashOn = None,
-    minhash_threshold: MinHashThreshold = None,
-    num_perm: NumPerm = None,
-    shingle: Shingle = None,
-    ngram: NGram = None,
-    embeddings: EmbeddingsOn = None,
-    model: ModelPath = None,
-    device: Device = None,
-    query_prompt: QueryPrompt = None,
-    doc_prompt: DocPrompt = None,
-    embed_batch_size: EmbedBatch = None,
-    cache_dir: CacheDir = None,
-    cache: UseCache = None,
-    positive_threshold: PositiveThreshold = None,
-    anchor_threshold: AnchorThreshold = None,
-    margin: MarginOn = None,
-    margin_support: MarginSupport = None,
-    absolute_margin: AbsoluteMargin = None,
-    relative_margin: RelativeMargin = None,
-    on_bad_row: OnBad = None,
+    options: AuditOptions,
     output_format: FormatOpt = None,
     output: OutputOpt = None,
     top: Annotated[int, _opt("Findings shown in text, markdown and html reports.", "Output")] = 20,
@@ -350,22 +396,15 @@ def scan(
         ),
     ] = None,
     quiet: Quiet = False,
-    config: ConfigFile = None,
 ) -> None:
     """Simulate the batch plan and report the false negatives each batch will contain."""
-    given = dict(locals())
     from contrast_audit.api import AuditResult, audit
     from contrast_audit.config import build_config
     from contrast_audit.errors import ConfigError
     from contrast_audit.gate import evaluate, parse
     from contrast_audit.report import FORMATTERS, summary_line
 
-    flags = {k: v for k, v in given.items() if k not in ("data", "top", "quiet", "config", "output")}
-    flags["negatives"] = flags.pop("negative")
-    flags["id"] = flags.pop("id_column")
-    flags["format"] = flags.pop("output_format")
-    flags["fail_on"] = fail_on or None
-    settings, origin = _settings(config, **flags)
+    settings, origin = options.settings(format=output_format, fail_on=fail_on or None)
     cfg = build_config(settings)
     fmt = settings.get("format", "text")
     if fmt not in FORMATTERS:
@@ -393,47 +432,10 @@ def scan(
 
 @app.command()
 @handle_errors
+@audit_options(exclude=("embeddings",))
 def negatives(
     data: Data,
-    anchor: AnchorCol = None,
-    positive: PositiveCol = None,
-    negative: NegativeCols = None,
-    id_column: IdCol = None,
-    source: SourceCol = None,
-    cohort: CohortCol = None,
-    group: GroupCol = None,
-    batch_size: BatchSize = None,
-    seed: Seed = None,
-    epochs: Epochs = None,
-    drop_last: DropLast = None,
-    world_size: WorldSize = None,
-    sampler: SamplerOpt = None,
-    plan: PlanFile = None,
-    directions: Directions = None,
-    max_hops: MaxHops = None,
-    number_guard: NumberGuardOpt = None,
-    alignment: Alignment = None,
-    alignment_words: AlignmentWords = None,
-    alignment_match: AlignmentMatch = None,
-    minhash: MinHashOn = None,
-    minhash_threshold: MinHashThreshold = None,
-    num_perm: NumPerm = None,
-    shingle: Shingle = None,
-    ngram: NGram = None,
-    model: ModelPath = None,
-    device: Device = None,
-    query_prompt: QueryPrompt = None,
-    doc_prompt: DocPrompt = None,
-    embed_batch_size: EmbedBatch = None,
-    cache_dir: CacheDir = None,
-    cache: UseCache = None,
-    positive_threshold: PositiveThreshold = None,
-    anchor_threshold: AnchorThreshold = None,
-    margin: MarginOn = None,
-    margin_support: MarginSupport = None,
-    absolute_margin: AbsoluteMargin = None,
-    relative_margin: RelativeMargin = None,
-    on_bad_row: OnBad = None,
+    options: AuditOptions,
     output_format: Annotated[
         Format | None, _opt("Output format: text or json.  \\[default: text]", "Output", "--format")
     ] = None,
@@ -449,24 +451,14 @@ def negatives(
     only_source: Annotated[list[str] | None, _opt("Only anchors from these sources (repeatable).", "Filter")] = None,
     only_cohort: Annotated[list[str] | None, _opt("Only anchors from these cohorts (repeatable).", "Filter")] = None,
     quiet: Quiet = False,
-    config: ConfigFile = None,
 ) -> None:
     """List the highest-scoring alleged negatives: candidate and positive scores, margin, and whether and why each is flagged."""
-    given = dict(locals())
     from contrast_audit.api import audit
     from contrast_audit.config import build_config
     from contrast_audit.errors import ConfigError
     from contrast_audit.negatives import alleged_negatives, render_json, render_text
 
-    flags = {
-        k: v
-        for k, v in given.items()
-        if k
-        not in ("data", "top", "quiet", "config", "output", "per_anchor", "only_source", "only_cohort", "output_format")
-    }
-    flags["negatives"] = flags.pop("negative")
-    flags["id"] = flags.pop("id_column")
-    settings, origin = _settings(config, **flags)
+    settings, origin = options.settings()
     settings["embeddings"] = True
     cfg = build_config(settings)
     fmt = output_format.value if output_format else "text"
@@ -484,6 +476,66 @@ def negatives(
     if not quiet:
         _stderr().print(
             f"contrast-audit: {table.height} alleged negatives listed from {result.judgement.candidates} candidates",
+            markup=False,
+        )
+    raise typer.Exit(EXIT_OK)
+
+
+class Strategy(str, Enum):
+    mask = "mask"
+    group = "group"
+    multi_positive = "multi-positive"
+
+
+class Severity(str, Enum):
+    certain = "certain"
+    likely = "likely"
+    suspect = "suspect"
+
+
+@app.command()
+@handle_errors
+@audit_options()
+def manifest(
+    data: Data,
+    options: AuditOptions,
+    out: Annotated[Path, _opt("Write the manifest here (JSON Lines, atomically).", "Output", "--out")],
+    strategy: Annotated[
+        Strategy | None,
+        _opt(
+            "mask: your plan, findings masked; group: related rows re-planned into different batches, the rest masked; multi-positive: related rows batched together as each other's positives.  \\[default: mask]",
+            "Manifest",
+        ),
+    ] = None,
+    mask_severity: Annotated[
+        Severity | None,
+        _opt("Act on findings of this severity and above.  \\[default: likely]", "Manifest"),
+    ] = None,
+    quiet: Quiet = False,
+) -> None:
+    """Write a batch manifest that masks, separates or groups the false negatives, for the bundled trainer or your own."""
+    from contrast_audit.config import build_config
+    from contrast_audit.io import write_atomic
+    from contrast_audit.manifest import build_manifest
+
+    settings, origin = options.settings(strategy=strategy, mask_severity=mask_severity)
+    cfg = build_config(settings)
+    with progress_bars(not quiet and sys.stderr.isatty()) as progress:
+        result = build_manifest(
+            data,
+            cfg,
+            strategy=settings.get("strategy", "mask"),
+            mask_severity=settings.get("mask_severity", "likely"),
+            progress=progress,
+            config_file=origin,
+        )
+    write_atomic(out, result.render())
+    if not quiet:
+        c = result.counts
+        _stderr().print(
+            f"contrast-audit: {result.manifest.strategy} manifest for {c['rows_planned']} rows in {c['batches']} "
+            f"batches written to {out}: {c['masked_pairs']} masked pairs, {c['positive_pairs']} positive pairs, "
+            f"{c['conflicts_left']} related pairs left sharing a batch (masked)",
             markup=False,
         )
     raise typer.Exit(EXIT_OK)

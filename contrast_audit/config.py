@@ -240,6 +240,8 @@ _FILE_KEYS: dict[str, tuple[str | None, str]] = {
     "on_bad_row": (None, "on_bad_row"),
     "fail_on": (None, "fail_on"),
     "format": (None, "format"),
+    "strategy": (None, "strategy"),
+    "mask_severity": (None, "mask_severity"),
     "number_guard": ("policy", "number_guard_words"),
     "alignment": ("policy", "alignment_threshold"),
     "alignment_words": ("policy", "alignment_words"),

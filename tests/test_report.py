@@ -54,7 +54,10 @@ def test_json_report_contract(pairs_file):
         "candidate_role",
         "severity",
         "evidence",
+        "masked",
+        "baseline",
     }
+    assert finding["masked"] is False and finding["baseline"] is False
     assert finding["evidence"] == [{"kind": "exact", "score": 1.0, "threshold": 1.0}]
     assert report["mislabelled_negatives"] == [
         {
@@ -62,6 +65,8 @@ def test_json_report_contract(pairs_file):
             "negative": "negative_1",
             "severity": "certain",
             "evidence": [{"kind": "exact", "score": 1.0, "threshold": 1.0}],
+            "masked": False,
+            "baseline": False,
         }
     ]
     by_source = {r["source"]: r for r in report["by_source"]}

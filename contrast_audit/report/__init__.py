@@ -25,6 +25,7 @@ def summary_line(result: AuditResult) -> str:
         f"{c['findings']} false negatives ({sev['certain']} certain, {sev['likely']} likely, "
         f"{sev['suspect']} suspect), fn-rate {c['fn_rate']:.4%}, {c['rows_affected']} rows affected, "
         f"{c['mislabelled_negatives']} mislabelled hard negatives"
+        + (f"; {masked} masked by the manifest" if (masked := c["masked"]["findings"]) else "")
     )
 
 

@@ -13,7 +13,7 @@ from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE
 
 def top_findings(result: AuditResult, top: int) -> pl.DataFrame:
     """The most severe findings first (then by batch), with texts, for display."""
-    f = result.findings.sort(
+    f = result.active_findings.sort(
         ["severity_rank", "batch", "anchor_row", "cand_row"], descending=[True, False, False, False]
     ).head(top)
     return result.findings_table(f)
@@ -82,7 +82,7 @@ def plan_line(result: AuditResult) -> str:
 
 def mislabelled_rows(result: AuditResult, top: int) -> list[dict[str, Any]]:
     """The first ``top`` mislabelled hard negatives with their row's id and texts."""
-    mis = result.mislabelled.head(top)
+    mis = result.active_mislabelled.head(top)
     rows = mis.get_column("anchor_row").to_numpy()
     ids = result.corpus.rows.get_column("id").gather(rows).to_list()
     anchors = result.corpus.spelling(rows, np.full(mis.height, ANCHOR_ROLE)).to_list()
