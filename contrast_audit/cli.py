@@ -38,6 +38,13 @@ class Format(str, Enum):
     json = "json"
     markdown = "markdown"
     html = "html"
+    sarif = "sarif"
+
+
+class Annotations(str, Enum):
+    auto = "auto"
+    github = "github"
+    none = "none"
 
 
 class Sampler(str, Enum):
@@ -395,6 +402,16 @@ def scan(
             "Gate: exit 1 when METRIC OP NUMBER holds, e.g. findings>0, fn-rate>0.001, likely>10; repeatable.", "Gate"
         ),
     ] = None,
+    annotations: Annotated[
+        Annotations,
+        _opt(
+            "GitHub workflow-command annotations on the offending rows, on stderr: auto (when GITHUB_ACTIONS=true), github or none.",
+            "CI",
+        ),
+    ] = Annotations.auto,
+    max_annotations: Annotated[
+        int, _opt("At most N annotations, then a notice of how many more (0: only the notice).", "CI")
+    ] = 50,
     quiet: Quiet = False,
 ) -> None:
     """Simulate the batch plan and report the false negatives each batch will contain."""
@@ -413,6 +430,8 @@ def scan(
     expressions = [expressions] if isinstance(expressions, str) else list(expressions)
 
     conditions = parse(expressions, sorted(AuditResult.METRICS))  # before the scan: typos cost nothing
+    if max_annotations < 0:
+        raise ConfigError(f"--max-annotations must be >= 0, got {max_annotations}")
 
     with progress_bars(not quiet and sys.stderr.isatty()) as progress:
         result = audit(data, cfg, progress=progress, config_file=origin)
@@ -427,7 +446,21 @@ def scan(
         for cond, value in gate.checked:
             verdict = "FAILED" if (cond, value) in gate.failed else "passed"
             err.print(f"gate {cond}: {verdict} (value {value:g})", markup=False)
+    _github_outputs(result, gate, annotations.value, max_annotations)
     raise typer.Exit(EXIT_GATE_FAILED if not gate.passed else EXIT_OK)
+
+
+def _github_outputs(result: Any, gate: Any, mode: str, max_annotations: int) -> None:
+    """Annotations on stderr (stdout may hold the report) and the step summary, under GitHub Actions."""
+    from contrast_audit.report import github
+
+    if github.annotations_enabled(mode):
+        lines = github.annotations(result, max_annotations=max_annotations)
+        sys.stderr.write("".join(line + "\n" for line in lines))
+        sys.stderr.flush()
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        github.append_step_summary(summary, github.step_summary(result, gate))
 
 
 @app.command()
@@ -541,6 +574,26 @@ def manifest(
     raise typer.Exit(EXIT_OK)
 
 
+@app.command()
+@handle_errors
+def init(
+    output: Annotated[
+        Path, _opt("Where to write the settings file (a directory gets contrast-audit.toml).", "Output")
+    ] = Path("contrast-audit.toml"),
+    force: Annotated[bool, _opt("Overwrite an existing file.", "Output", "--force")] = False,
+) -> None:
+    """Write a commented starter contrast-audit.toml: every setting with its default and meaning."""
+    from contrast_audit.starter import write
+
+    target = write(output, force=force)
+    _stderr().print(f"contrast-audit: wrote {target}; uncomment the settings you want to change", markup=False)
+    raise typer.Exit(EXIT_OK)
+
+
 def main() -> None:
     """Console-script entry point."""
     app()
+
+
+if __name__ == "__main__":
+    main()

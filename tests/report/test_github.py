@@ -107,7 +107,7 @@ def test_step_summary_reports_gate_and_new_results(data: Path):
     gate = evaluate(parse(["findings>0", "mislabelled>5"], sorted(metrics)), metrics)
     text = step_summary(result, gate)
     assert "Gate: **FAILED**" in text
-    assert "| `findings>0` | 2 | FAILED |" in text
+    assert "| `findings>0` | 1 | FAILED |" in text  # the baseline finding does not count
     assert "| `mislabelled>5` | 1 | passed |" in text
     assert "| In-batch false negative (certain) | 1 | 1 | 0 | 2 |" in text
     assert "| Evaluation data leak | 1 | 0 | 0 | 1 |" in text
@@ -125,3 +125,62 @@ def test_step_summary_appends_and_names_the_path_on_failure(tmp_path: Path):
     missing = tmp_path / "no-such-dir" / "summary.md"
     with pytest.raises(AuditError, match=re.escape(str(missing))):
         append_step_summary(missing, "x")
+
+
+def scan_cli(args: list[str], env: dict[str, str]):
+    from typer.testing import CliRunner
+
+    from contrast_audit.cli import app
+
+    return CliRunner().invoke(app, ["scan", *args, "--no-embeddings", "--no-minhash", "-q"], env=env)
+
+
+def test_scan_under_github_actions(data: Path, tmp_path: Path):
+    summary = tmp_path / "summary.md"
+    summary.write_text("# earlier\n", encoding="utf-8")
+    env = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}
+    run = scan_cli(["data/pairs.jsonl", "--format", "json", "--fail-on", "findings>0"], env)
+    assert run.exit_code == 1, run.output
+    json_report = __import__("json").loads(run.stdout)  # annotations did not go to stdout
+    assert json_report["counts"]["findings"] == 2
+    commands = [parse_command(line) for line in run.stderr.splitlines() if line.startswith("::")]
+    assert [(c[0], c[1]["file"], c[1]["line"]) for c in commands] == [
+        ("error", "data/pairs.jsonl", "1"),
+        ("error", "data/pairs.jsonl", "2"),
+        ("error", "data/pairs.jsonl", "4"),
+    ]
+    text = summary.read_text(encoding="utf-8")
+    assert text.startswith("# earlier\n## contrast-audit scan")
+    assert "| `findings>0` | 2 | FAILED |" in text
+
+
+def test_scan_annotation_switches(data: Path, tmp_path: Path):
+    quiet_env = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": ""}
+    off = scan_cli(["data/pairs.jsonl", "--format", "json", "--annotations", "none"], quiet_env)
+    assert off.exit_code == 0 and "::" not in off.stderr
+    local = scan_cli(["data/pairs.jsonl", "--format", "json"], {"GITHUB_ACTIONS": "", "GITHUB_STEP_SUMMARY": ""})
+    assert local.exit_code == 0 and "::" not in local.stderr
+    forced = scan_cli(
+        ["data/pairs.jsonl", "--format", "json", "--annotations", "github", "--max-annotations", "1"],
+        {"GITHUB_ACTIONS": "", "GITHUB_STEP_SUMMARY": ""},
+    )
+    lines = [line for line in forced.stderr.splitlines() if line.startswith("::")]
+    assert len(lines) == 2 and lines[-1].startswith("::notice::contrast-audit: 2 more")
+    bad = scan_cli(["data/pairs.jsonl", "--max-annotations", "-1"], quiet_env)
+    assert bad.exit_code == 2
+
+
+def test_scan_fails_clearly_when_the_summary_cannot_be_written(data: Path, tmp_path: Path):
+    missing = tmp_path / "gone" / "summary.md"
+    run = scan_cli(
+        ["data/pairs.jsonl", "--format", "json"], {"GITHUB_ACTIONS": "", "GITHUB_STEP_SUMMARY": str(missing)}
+    )
+    assert run.exit_code == 2
+    assert str(missing) in run.stderr
+
+
+def test_scan_format_sarif(data: Path):
+    run = scan_cli(["data/pairs.jsonl", "--format", "sarif"], {"GITHUB_ACTIONS": "", "GITHUB_STEP_SUMMARY": ""})
+    assert run.exit_code == 0, run.output
+    log = __import__("json").loads(run.stdout)
+    assert log["version"] == "2.1.0" and len(log["runs"][0]["results"]) == 3
