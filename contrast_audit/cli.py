@@ -402,6 +402,13 @@ def scan(
             "Gate: exit 1 when METRIC OP NUMBER holds, e.g. findings>0, fn-rate>0.001, likely>10; repeatable.", "Gate"
         ),
     ] = None,
+    report: Annotated[
+        list[str] | None,
+        _opt(
+            "Also write the report in another format, FORMAT=PATH (e.g. sarif=reports/scan.sarif); repeatable, so one scan feeds every CI output.",
+            "Output",
+        ),
+    ] = None,
     annotations: Annotated[
         Annotations,
         _opt(
@@ -432,12 +439,15 @@ def scan(
     conditions = parse(expressions, sorted(AuditResult.METRICS))  # before the scan: typos cost nothing
     if max_annotations < 0:
         raise ConfigError(f"--max-annotations must be >= 0, got {max_annotations}")
+    extra = [_report_target(value, FORMATTERS) for value in report or []]
 
     with progress_bars(not quiet and sys.stderr.isatty()) as progress:
         result = audit(data, cfg, progress=progress, config_file=origin)
 
     color = fmt == "text" and output is None and sys.stdout.isatty()
     _emit(FORMATTERS[fmt](result, top=top, color=color), output)
+    for extra_format, path in extra:
+        _emit(FORMATTERS[extra_format](result, top=top, color=False), path)
 
     gate = evaluate(conditions, result.metrics())
     if not quiet:
@@ -448,6 +458,19 @@ def scan(
             err.print(f"gate {cond}: {verdict} (value {value:g})", markup=False)
     _github_outputs(result, gate, annotations.value, max_annotations)
     raise typer.Exit(EXIT_GATE_FAILED if not gate.passed else EXIT_OK)
+
+
+def _report_target(value: str, formats: Any) -> tuple[str, Path]:
+    """``FORMAT=PATH`` of ``--report``, checked before the scan."""
+    from contrast_audit.errors import ConfigError
+
+    name, sep, path = value.partition("=")
+    if not sep or not path or name not in formats:
+        raise ConfigError(
+            f"--report '{value}' is not FORMAT=PATH with FORMAT one of {', '.join(formats)}",
+            fix="write for example --report sarif=reports/scan.sarif",
+        )
+    return name, Path(path)
 
 
 def _github_outputs(result: Any, gate: Any, mode: str, max_annotations: int) -> None:

@@ -266,6 +266,6 @@ def test_every_scan_option_can_come_from_the_settings_file():
 
     renamed = {"negative": "negatives", "id_column": "id", "output_format": "format"}
     # inputs and presentation (CI annotations included), not settings
-    not_settings = {"data", "top", "quiet", "config", "output", "annotations", "max_annotations"}
+    not_settings = {"data", "top", "quiet", "config", "output", "report", "annotations", "max_annotations"}
     options = [renamed.get(n, n) for n in inspect.signature(cli.scan).parameters if n not in not_settings]
     assert options and not [name for name in options if name not in _FILE_KEYS]

@@ -184,3 +184,16 @@ def test_scan_format_sarif(data: Path):
     assert run.exit_code == 0, run.output
     log = __import__("json").loads(run.stdout)
     assert log["version"] == "2.1.0" and len(log["runs"][0]["results"]) == 3
+
+
+def test_one_scan_writes_several_reports(data: Path, tmp_path: Path):
+    env = {"GITHUB_ACTIONS": "", "GITHUB_STEP_SUMMARY": ""}
+    args = ["data/pairs.jsonl", "--format", "json", "--output", "reports/scan.json"]
+    run = scan_cli([*args, "--report", "sarif=reports/scan.sarif", "--report", "html=reports/scan.html"], env)
+    assert run.exit_code == 0, run.output
+    assert __import__("json").loads((tmp_path / "reports" / "scan.sarif").read_text("utf-8"))["version"] == "2.1.0"
+    assert (tmp_path / "reports" / "scan.html").read_text("utf-8").startswith("<!DOCTYPE html>")
+    assert (tmp_path / "reports" / "scan.json").is_file()
+    for bad in ("sarif", "pdf=x.pdf", "sarif="):
+        failed = scan_cli(["data/pairs.jsonl", "--report", bad], env)
+        assert failed.exit_code == 2 and "FORMAT=PATH" in failed.stderr
