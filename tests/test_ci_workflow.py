@@ -92,6 +92,7 @@ def run_gate(repo: Path, base: str, tmp: Path) -> tuple[subprocess.CompletedProc
             "BASE_SHA": base,
             "GITHUB_ACTIONS": "true",
             "GITHUB_STEP_SUMMARY": str(summary),
+            "GITHUB_WORKSPACE": str(repo),
             "PATH": f"{shim(tmp)}{os.pathsep}{env['PATH']}",
             "PYTHONPATH": str(ROOT),
         }

@@ -115,13 +115,14 @@ SCHEMA = {
 
 
 def display_path(path: str | None, root: Path | None = None) -> str | None:
-    """``path`` relative to ``root`` (default: the working directory, the repository root in CI) with
-    ``/`` separators; unchanged when it lies outside ``root``."""
+    """``path`` relative to ``root`` with ``/`` separators; unchanged when it lies outside ``root``.
+    The default root is ``$GITHUB_WORKSPACE`` (the checkout, to which GitHub resolves annotation and
+    SARIF paths) when set, else the working directory."""
     if path is None:
         return None
-    base = (root or Path.cwd()).resolve()
+    base = (root or Path(os.environ.get("GITHUB_WORKSPACE") or Path.cwd())).resolve()
     full = Path(path)
-    full = full if full.is_absolute() else base / full
+    full = full if full.is_absolute() else Path.cwd() / full  # a relative path is relative to the cwd
     try:
         rel = os.path.relpath(full.resolve(), base)
     except ValueError:  # another drive on Windows

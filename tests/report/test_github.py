@@ -40,6 +40,7 @@ def parse_command(line: str) -> tuple[str, dict[str, str], str]:
 @pytest.fixture
 def data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GITHUB_WORKSPACE", raising=False)
     (tmp_path / "data").mkdir()
     return write_rows(tmp_path / "data" / "pairs.jsonl")
 
@@ -197,3 +198,15 @@ def test_one_scan_writes_several_reports(data: Path, tmp_path: Path):
     for bad in ("sarif", "pdf=x.pdf", "sarif="):
         failed = scan_cli(["data/pairs.jsonl", "--report", bad], env)
         assert failed.exit_code == 2 and "FORMAT=PATH" in failed.stderr
+
+
+def test_paths_are_relative_to_the_github_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from contrast_audit.report.located import display_path
+
+    (tmp_path / "repo" / "data").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "repo" / "data")
+    monkeypatch.setenv("GITHUB_WORKSPACE", str(tmp_path / "repo"))
+    assert display_path("pairs.jsonl") == "data/pairs.jsonl"
+    monkeypatch.delenv("GITHUB_WORKSPACE")
+    assert display_path("pairs.jsonl") == "pairs.jsonl"
+    assert display_path(str(tmp_path / "elsewhere.jsonl")) == (tmp_path / "elsewhere.jsonl").as_posix()

@@ -32,6 +32,7 @@ def with_vectors(result, vectors: np.ndarray):
 @pytest.fixture
 def data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GITHUB_WORKSPACE", raising=False)
     return write_rows(tmp_path / "pairs.jsonl")
 
 

@@ -27,7 +27,8 @@ def validate(log: dict) -> None:
 
 @pytest.fixture
 def data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)  # the repository root in CI: URIs are relative to it
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GITHUB_WORKSPACE", raising=False)  # the repository root in CI: URIs are relative to it
     (tmp_path / "data").mkdir()
     return write_rows(tmp_path / "data" / "pairs.jsonl")
 
