@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 
 from contrast_audit import __version__
-from contrast_audit.config import AuditConfig
+from contrast_audit.config import AuditConfig, PlanConfig
 from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, Corpus, build_corpus, role_name
 from contrast_audit.evidence import REGISTRY, SEVERITIES, Detector, default_detectors
 from contrast_audit.io import LoadResult, load_rows
@@ -36,6 +36,8 @@ class AuditResult:
     config_file: str | None = None
     detectors: list[Detector] = field(default_factory=list)
     overlaps: pl.DataFrame = field(default_factory=lambda: empty_overlaps())
+    # What did not stop the audit but changes what it means (printed on stderr, shown in reports).
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def findings(self) -> pl.DataFrame:
@@ -202,6 +204,7 @@ class AuditResult:
             "by_cohort": self.breakdown("cohort"),
             "findings": findings.to_dicts(),
             "mislabelled_negatives": mislabelled.to_dicts(),
+            "warnings": list(self.warnings),
         }
 
 
@@ -226,7 +229,7 @@ def prepare(
     """Load, normalise and prepare the evidence (embedding texts when the detectors need it).
     ``before_evidence`` runs on the loaded rows first, so a bad plan or manifest fails before any embedding."""
     cfg = config or AuditConfig()
-    loaded = load_rows(list(paths), cfg.mapping, cfg.on_bad_row)
+    loaded = load_rows(list(paths), cfg.mapping, cfg.on_bad_row, cfg.normalise)
     corpus = build_corpus(loaded.rows, cfg.normalise)
     if before_evidence is not None:
         before_evidence(loaded)
@@ -278,16 +281,40 @@ def audit(
     judgement = judge_plan(prepared, plan, cfg.plan.world_size, progress)
     if manifest is not None:
         judgement = mark_masked(judgement, manifest, prepared.corpus.rows.get_column("id"), plan, cfg.plan.world_size)
-    return AuditResult(
-        cfg,
-        prepared.loaded,
-        prepared.corpus,
-        plan,
-        len(plan.global_batches(cfg.plan.world_size)),
-        judgement,
-        config_file,
-        prepared.detectors,
+    n_sets = len(plan.global_batches(cfg.plan.world_size))
+    result = AuditResult(
+        cfg, prepared.loaded, prepared.corpus, plan, n_sets, judgement, config_file, prepared.detectors
     )
+    result.warnings = [
+        *prepared.loaded.warnings,
+        *plan_warnings(cfg, prepared.corpus.n_rows, plan, n_sets, judgement.candidates),
+    ]
+    return result
+
+
+def plan_warnings(cfg: AuditConfig, n_rows: int, plan: Plan, n_sets: int, candidates: int) -> list[str]:
+    """Silent no-ops made visible: settings a plan file overrides, rows in no batch, nothing compared."""
+    out: list[str] = []
+    p, default = cfg.plan, PlanConfig()
+    if p.plan_file:
+        ignored = [
+            f"{name.replace('_', '-')} {getattr(p, name)}"
+            for name in ("batch_size", "seed", "epochs", "drop_last", "sampler")
+            if getattr(p, name) != getattr(default, name)
+        ]
+        if ignored:
+            out.append(f"{', '.join(ignored)} ignored: the plan file {p.plan_file} fixes the batches")
+    covered = int(np.unique(plan.rows).size)
+    if covered < n_rows:
+        why = (
+            "--drop-last drops the last incomplete batch" if p.drop_last and not p.plan_file else "the plan omits them"
+        )
+        out.append(f"{n_rows - covered} of {n_rows} rows are in no batch and were not checked ({why})")
+    if n_sets == 0:
+        out.append("no comparison sets: no batch was formed, so nothing was compared")
+    elif candidates == 0:
+        out.append("no candidate was compared: every comparison set holds a single row")
+    return out
 
 
 OVERLAP_SCHEMA = {

@@ -8,7 +8,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -20,6 +20,7 @@ from rich.text import Text
 
 from contrast_audit import __version__
 from contrast_audit.errors import EXIT_GATE_FAILED, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, AuditError
+from contrast_audit.gate import GRAMMAR as GATE_GRAMMAR
 
 app = typer.Typer(
     name="contrast-audit",
@@ -29,7 +30,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-ISSUES_URL = "https://github.com/contrast-audit/contrast-audit/issues"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -50,6 +50,11 @@ class Annotations(str, Enum):
 class Sampler(str, Enum):
     random = "random"
     no_duplicates = "no-duplicates"
+
+
+class NegativesFormat(str, Enum):
+    text = "text"
+    json = "json"
 
 
 class OnBadRow(str, Enum):
@@ -80,8 +85,9 @@ def handle_errors(func: F) -> F:
             console.print(
                 Text.assemble(
                     ("internal error:", "bold red"),
-                    f" {type(exc).__name__}: {exc} — this is a bug in contrast-audit {__version__}; "
-                    f"please report it with the command you ran at {ISSUES_URL}",
+                    f" {type(exc).__name__}: {exc} — this is a bug in contrast-audit {__version__}. "
+                    "When you report it to the maintainers, include the version, the command you ran and "
+                    "the output of the same command with CONTRAST_AUDIT_DEBUG=1 set (it adds the traceback).",
                 )
             )
             if os.environ.get("CONTRAST_AUDIT_DEBUG"):
@@ -276,7 +282,14 @@ ConfigFile = Annotated[
     _opt("Settings file (default: ./contrast-audit.toml or \\[tool.contrast-audit] in ./pyproject.toml).", "Input"),
 ]
 FormatOpt = Annotated[Format | None, _opt("Report format.  \\[default: text]", "Output", "--format")]
-OutputOpt = Annotated[Path | None, _opt("Write the report here (atomically) instead of stdout.", "Output")]
+OutputOpt = Annotated[
+    str | None,
+    _opt(
+        "Write the report here (atomically; checked before the scan) instead of stdout; without --format the "
+        "extension picks the format (.json, .md, .html, .txt).",
+        "Output",
+    ),
+]
 Quiet = Annotated[bool, _opt("No progress bars and no summary line on stderr.", "Output", "--quiet", "-q")]
 
 
@@ -377,14 +390,67 @@ def audit_options(*, exclude: tuple[str, ...] = ()) -> Callable[[F], F]:
     return decorate
 
 
-def _emit(rendered: str, output: Path | None) -> None:
-    from contrast_audit.io import write_atomic
+# Report formats implied by an --output extension.
+EXTENSION_FORMATS = {
+    ".json": "json",
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".html": "html",
+    ".htm": "html",
+    ".txt": "text",
+    ".sarif": "sarif",
+}
 
-    if output is not None:
-        write_atomic(output, rendered)
+
+def output_format_for(output: str | None, explicit: str | None, allowed: tuple[str, ...]) -> str:
+    """The format: ``--format`` (or the settings file), else the output's extension, else text. A
+    format that contradicts a known extension is refused (a .json file holding text would mislead)."""
+    from contrast_audit.errors import ConfigError
+
+    implied = EXTENSION_FORMATS.get(Path(output).suffix.lower()) if output else None
+    if explicit is not None:
+        if explicit not in allowed:
+            raise ConfigError(f"format must be one of {', '.join(allowed)}, got {explicit!r}")
+        if implied is not None and implied != explicit:
+            raise ConfigError(
+                f"--format {explicit} contradicts --output {output} (a {implied} file name)",
+                fix=f"drop --format, or name the file for {explicit}",
+            )
+        return explicit
+    if implied is not None and implied not in allowed:
+        raise ConfigError(
+            f"--output {output}: this command writes {' or '.join(allowed)}, not {implied}",
+            fix="choose another file name or pass --format",
+        )
+    return implied or "text"
+
+
+def open_output(
+    output: str | None, data: list[str], settings: dict[str, Any], origin: str | None, option: str = "--output"
+):
+    """The checked ``--output`` (see ``io.atomic.OutputTarget``), before any work; None for stdout."""
+    from contrast_audit.io.atomic import OutputTarget
+    from contrast_audit.io.load import expand_paths
+
+    if output is None:
+        return nullcontext(None)
+    inputs = [str(p) for p in expand_paths(data)]
+    inputs += [str(v) for v in (settings.get("plan"), origin) if v]
+    return OutputTarget(output, inputs=inputs, option=option)
+
+
+def _emit(rendered: str, target: Any) -> None:
+    if target is not None:
+        target.write(rendered)
     else:
         sys.stdout.write(rendered)
         sys.stdout.flush()
+
+
+def _warn(warnings: list[str]) -> None:
+    err = _stderr()
+    for line in warnings:
+        err.print(Text.assemble(("warning:", "bold yellow"), " ", line))
 
 
 @app.command()
@@ -399,7 +465,10 @@ def scan(
     fail_on: Annotated[
         list[str] | None,
         _opt(
-            "Gate: exit 1 when METRIC OP NUMBER holds, e.g. findings>0, fn-rate>0.001, likely>10; repeatable.", "Gate"
+            "Gate: exit 1 when a condition holds, e.g. findings>0, fn-rate>0.001, likely>10. Grammar: "
+            + GATE_GRAMMAR
+            + ". Metrics: findings, certain, likely, suspect, fn-rate, rows-affected, mislabelled, and one per evidence kind.",
+            "Gate",
         ),
     ] = None,
     report: Annotated[
@@ -428,26 +497,29 @@ def scan(
     from contrast_audit.gate import evaluate, parse
     from contrast_audit.report import FORMATTERS, summary_line
 
-    settings, origin = options.settings(format=output_format, fail_on=fail_on or None)
+    settings, origin = options.settings(format=output_format, fail_on=fail_on)
     cfg = build_config(settings)
-    fmt = settings.get("format", "text")
-    if fmt not in FORMATTERS:
-        raise ConfigError(f"format must be one of {', '.join(FORMATTERS)}, got {fmt!r}")
+    fmt = output_format_for(output, settings.get("format"), tuple(FORMATTERS))
     expressions = settings.get("fail_on") or []
     expressions = [expressions] if isinstance(expressions, str) else list(expressions)
 
     conditions = parse(expressions, sorted(AuditResult.METRICS))  # before the scan: typos cost nothing
     if max_annotations < 0:
         raise ConfigError(f"--max-annotations must be >= 0, got {max_annotations}")
-    extra = [_report_target(value, FORMATTERS) for value in report or []]
+    extra = [_report_target(value, tuple(FORMATTERS)) for value in report or []]
 
-    with progress_bars(not quiet and sys.stderr.isatty()) as progress:
-        result = audit(data, cfg, progress=progress, config_file=origin)
-
-    color = fmt == "text" and output is None and sys.stdout.isatty()
-    _emit(FORMATTERS[fmt](result, top=top, color=color), output)
-    for extra_format, path in extra:
-        _emit(FORMATTERS[extra_format](result, top=top, color=False), path)
+    with ExitStack() as stack:
+        target = stack.enter_context(open_output(output, data, settings, origin))
+        extra_targets = [
+            (name, stack.enter_context(open_output(path, data, settings, origin, "--report"))) for name, path in extra
+        ]
+        with progress_bars(not quiet and sys.stderr.isatty()) as progress:
+            result = audit(data, cfg, progress=progress, config_file=origin)
+        _warn(result.warnings)
+        color = fmt == "text" and output is None and sys.stdout.isatty()
+        _emit(FORMATTERS[fmt](result, top=top, color=color), target)
+        for name, extra_target in extra_targets:
+            _emit(FORMATTERS[name](result, top=top, color=False), extra_target)
 
     gate = evaluate(conditions, result.metrics())
     if not quiet:
@@ -460,17 +532,18 @@ def scan(
     raise typer.Exit(EXIT_GATE_FAILED if not gate.passed else EXIT_OK)
 
 
-def _report_target(value: str, formats: Any) -> tuple[str, Path]:
-    """``FORMAT=PATH`` of ``--report``, checked before the scan."""
+def _report_target(value: str, formats: tuple[str, ...]) -> tuple[str, str]:
+    """``FORMAT=PATH`` of ``--report``, checked before the scan (a format contradicting the file's
+    extension is refused, as for ``--output``)."""
     from contrast_audit.errors import ConfigError
 
     name, sep, path = value.partition("=")
-    if not sep or not path or name not in formats:
+    if not sep or not path.strip() or name not in formats:
         raise ConfigError(
             f"--report '{value}' is not FORMAT=PATH with FORMAT one of {', '.join(formats)}",
             fix="write for example --report sarif=reports/scan.sarif",
         )
-    return name, Path(path)
+    return output_format_for(path, name, formats), path
 
 
 def _github_outputs(result: Any, gate: Any, mode: str, max_annotations: int) -> None:
@@ -493,9 +566,16 @@ def negatives(
     data: Data,
     options: AuditOptions,
     output_format: Annotated[
-        Format | None, _opt("Output format: text or json.  \\[default: text]", "Output", "--format")
+        NegativesFormat | None, _opt("Output format.  \\[default: text]", "Output", "--format")
     ] = None,
-    output: OutputOpt = None,
+    output: Annotated[
+        str | None,
+        _opt(
+            "Write the list here (atomically; checked before the scan) instead of stdout; without --format a .json "
+            "name writes JSON.",
+            "Output",
+        ),
+    ] = None,
     top: Annotated[int, _opt("How many alleged negatives (or anchors, with --per-anchor) to list.", "Output")] = 20,
     per_anchor: Annotated[
         int,
@@ -517,18 +597,19 @@ def negatives(
     settings, origin = options.settings()
     settings["embeddings"] = True
     cfg = build_config(settings)
-    fmt = output_format.value if output_format else "text"
-    if fmt not in ("text", "json"):
-        raise ConfigError(f"negatives --format must be text or json, got {fmt!r}")
+    fmt = output_format_for(output, output_format.value if output_format else None, ("text", "json"))
     if top < 1 or per_anchor < 0:
         raise ConfigError("--top must be >= 1 and --per-anchor >= 0")
-    with progress_bars(not quiet and sys.stderr.isatty()) as progress:
-        result = audit(data, cfg, progress=progress, config_file=origin)
-        table = alleged_negatives(result, top=top, per_anchor=per_anchor, sources=only_source, cohorts=only_cohort)
-    if fmt == "json":
-        _emit(render_json(result, table, top=top, per_anchor=per_anchor), output)
-    else:
-        _emit(render_text(result, table, per_anchor=per_anchor, color=output is None and sys.stdout.isatty()), output)
+    with open_output(output, data, settings, origin) as target:
+        with progress_bars(not quiet and sys.stderr.isatty()) as progress:
+            result = audit(data, cfg, progress=progress, config_file=origin)
+            table = alleged_negatives(result, top=top, per_anchor=per_anchor, sources=only_source, cohorts=only_cohort)
+        _warn(result.warnings)
+        if fmt == "json":
+            _emit(render_json(result, table, top=top, per_anchor=per_anchor), target)
+        else:
+            color = output is None and sys.stdout.isatty()
+            _emit(render_text(result, table, per_anchor=per_anchor, color=color), target)
     if not quiet:
         _stderr().print(
             f"contrast-audit: {table.height} alleged negatives listed from {result.judgement.candidates} candidates",
@@ -555,7 +636,7 @@ class Severity(str, Enum):
 def manifest(
     data: Data,
     options: AuditOptions,
-    out: Annotated[Path, _opt("Write the manifest here (JSON Lines, atomically).", "Output", "--out")],
+    out: Annotated[str, _opt("Write the manifest here (JSON Lines, atomically).", "Output", "--out")],
     strategy: Annotated[
         Strategy | None,
         _opt(
@@ -571,12 +652,14 @@ def manifest(
 ) -> None:
     """Write a batch manifest that masks, separates or groups the false negatives, for the bundled trainer or your own."""
     from contrast_audit.config import build_config
-    from contrast_audit.io import write_atomic
     from contrast_audit.manifest import build_manifest
 
     settings, origin = options.settings(strategy=strategy, mask_severity=mask_severity)
     cfg = build_config(settings)
-    with progress_bars(not quiet and sys.stderr.isatty()) as progress:
+    with (
+        open_output(out, data, settings, origin, "--out") as target,
+        progress_bars(not quiet and sys.stderr.isatty()) as progress,
+    ):
         result = build_manifest(
             data,
             cfg,
@@ -585,7 +668,7 @@ def manifest(
             progress=progress,
             config_file=origin,
         )
-    write_atomic(out, result.render())
+        target.write(result.render())
     if not quiet:
         c = result.counts
         _stderr().print(

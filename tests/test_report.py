@@ -144,7 +144,11 @@ def test_internal_errors_exit_3(pairs_file, monkeypatch):
     monkeypatch.setattr(api, "judge", broken)
     result = scan(str(pairs_file(ROWS)), "-q")
     assert result.exit_code == 3
-    assert "internal error" in result.stderr and "please report" in result.stderr
+    assert "internal error" in result.stderr and "bug in contrast-audit" in result.stderr
+    assert "CONTRAST_AUDIT_DEBUG=1" in result.stderr and "http" not in result.stderr  # no invented address
+    from contrast_audit import __version__
+
+    assert __version__ in result.stderr
 
 
 def test_sampler_and_epochs_and_plan_file(pairs_file, tmp_path):

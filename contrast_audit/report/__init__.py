@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from contrast_audit.api import AuditResult
 from contrast_audit.report import html, json_format, markdown, sarif, text
+from contrast_audit.report.common import plural
 
 FORMATTERS: dict[str, Callable[..., str]] = {
     "text": text.render,
@@ -21,11 +22,13 @@ def summary_line(result: AuditResult) -> str:
     c = result.counts()
     sev = c["by_severity"]
     return (
-        f"contrast-audit: {c['rows']} rows, {c['batches']} batches, {c['candidates']} candidates compared: "
-        f"{c['findings']} false negatives ({sev['certain']} certain, {sev['likely']} likely, "
-        f"{sev['suspect']} suspect), fn-rate {c['fn_rate']:.4%}, {c['rows_affected']} rows affected, "
-        f"{c['mislabelled_negatives']} mislabelled hard negatives"
-        + (f"; {masked} masked by the manifest" if (masked := c["masked"]["findings"]) else "")
+        f"contrast-audit: {plural(c['rows'], 'row')}, {plural(c['batches'], 'batch', 'batches')}, "
+        f"{plural(c['candidates'], 'candidate')} compared: "
+        f"{plural(c['findings'], 'false negative')} ({sev['certain']:,} certain, {sev['likely']:,} likely, "
+        f"{sev['suspect']:,} suspect), fn-rate {c['fn_rate']:.4%}, "
+        f"{plural(c['rows_affected'], 'row')} affected, "
+        f"{plural(c['mislabelled_negatives'], 'mislabelled hard negative')}"
+        + (f"; {masked:,} masked by the manifest" if (masked := c["masked"]["findings"]) else "")
     )
 
 

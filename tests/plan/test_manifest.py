@@ -228,3 +228,10 @@ def test_strategy_and_severity_are_checked(pairs_file, tmp_path):
     assert result.exit_code == 2
     result = manifest(data, tmp_path / "x.jsonl", "--strategy", "group", "--plan", str(tmp_path / "p.jsonl"))
     assert result.exit_code == 2 and not (tmp_path / "x.jsonl").exists()
+
+
+def test_the_manifest_never_overwrites_its_data(pairs_file):
+    data = pairs_file(clustered_rows())
+    before = data.read_bytes()
+    result = manifest(data, data)
+    assert result.exit_code == 2 and "--out" in result.stderr and data.read_bytes() == before

@@ -189,6 +189,7 @@ def test_scan_format_sarif(data: Path):
 
 def test_one_scan_writes_several_reports(data: Path, tmp_path: Path):
     env = {"GITHUB_ACTIONS": "", "GITHUB_STEP_SUMMARY": ""}
+    (tmp_path / "reports").mkdir()
     args = ["data/pairs.jsonl", "--format", "json", "--output", "reports/scan.json"]
     run = scan_cli([*args, "--report", "sarif=reports/scan.sarif", "--report", "html=reports/scan.html"], env)
     assert run.exit_code == 0, run.output
@@ -198,6 +199,11 @@ def test_one_scan_writes_several_reports(data: Path, tmp_path: Path):
     for bad in ("sarif", "pdf=x.pdf", "sarif="):
         failed = scan_cli(["data/pairs.jsonl", "--report", bad], env)
         assert failed.exit_code == 2 and "FORMAT=PATH" in failed.stderr
+    contradiction = scan_cli(["data/pairs.jsonl", "--report", "sarif=reports/x.json"], env)
+    assert contradiction.exit_code == 2 and "contradicts" in contradiction.stderr
+    onto_input = scan_cli(["data/pairs.jsonl", "--report", "json=data/pairs.jsonl"], env)
+    assert onto_input.exit_code == 2 and "--report" in onto_input.stderr
+    assert (tmp_path / "data" / "pairs.jsonl").read_text("utf-8").startswith('{"id": "a"')
 
 
 def test_paths_are_relative_to_the_github_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
