@@ -8,7 +8,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -38,6 +38,13 @@ class Format(str, Enum):
     json = "json"
     markdown = "markdown"
     html = "html"
+    sarif = "sarif"
+
+
+class Annotations(str, Enum):
+    auto = "auto"
+    github = "github"
+    none = "none"
 
 
 class Sampler(str, Enum):
@@ -285,6 +292,54 @@ OutputOpt = Annotated[
 ]
 Quiet = Annotated[bool, _opt("No progress bars and no summary line on stderr.", "Output", "--quiet", "-q")]
 
+Against = Annotated[
+    list[str] | None,
+    _opt(
+        "Existing training data (files or globs; repeatable): report new rows that repeat or paraphrase its rows. "
+        "Read with the column flags above unless [tool.contrast-audit.against] names its columns.",
+        "Reference data",
+    ),
+]
+EvalData = Annotated[
+    list[str] | None,
+    _opt(
+        "Evaluation data (pair files, single-text files with --eval-text, or BEIR queries.jsonl/corpus.jsonl or "
+        "their directory; repeatable): report new rows that leak it.",
+        "Reference data",
+        "--eval",
+    ),
+]
+EvalText = Annotated[
+    str | None, _opt("The eval files hold one text per row, in this column (e.g. question).", "Reference data")
+]
+WithExisting = Annotated[
+    bool | None,
+    _opt(
+        "Plan the in-batch audit over new and existing rows together; report findings that involve a new row.",
+        "Reference data",
+        "--with-existing",
+    ),
+]
+IndexDir = Annotated[
+    Path | None,
+    _opt(
+        "Directory of the reference index (signatures and embeddings of reference texts, by text hash); cache it "
+        "between CI runs.  \\[default: index/ under the cache directory]",
+        "Reference data",
+    ),
+]
+UseIndex = Annotated[
+    bool | None,
+    _opt("Read and write the reference index.  \\[default: on]", "Reference data", "--use-index/--no-index"),
+]
+BaselineOpt = Annotated[
+    Path | None,
+    _opt(
+        "A JSON report of an earlier scan: what it already holds is marked baseline and not counted by the gate.",
+        "Gate",
+    ),
+]
+
 
 # The options every command that plans and judges batches shares (scan, negatives, manifest): declared
 # once here, added to each command's signature by ``@audit_options`` and handed to it as one object.
@@ -391,6 +446,7 @@ EXTENSION_FORMATS = {
     ".html": "html",
     ".htm": "html",
     ".txt": "text",
+    ".sarif": "sarif",
 }
 
 
@@ -417,7 +473,9 @@ def output_format_for(output: str | None, explicit: str | None, allowed: tuple[s
     return implied or "text"
 
 
-def open_output(output: str | None, data: list[str], settings: dict[str, Any], origin: str | None):
+def open_output(
+    output: str | None, data: list[str], settings: dict[str, Any], origin: str | None, option: str = "--output"
+):
     """The checked ``--output`` (see ``io.atomic.OutputTarget``), before any work; None for stdout."""
     from contrast_audit.io.atomic import OutputTarget
     from contrast_audit.io.load import expand_paths
@@ -426,7 +484,7 @@ def open_output(output: str | None, data: list[str], settings: dict[str, Any], o
         return nullcontext(None)
     inputs = [str(p) for p in expand_paths(data)]
     inputs += [str(v) for v in (settings.get("plan"), origin) if v]
-    return OutputTarget(output, inputs=inputs, option="--output")
+    return OutputTarget(output, inputs=inputs, option=option)
 
 
 def _emit(rendered: str, target: Any) -> None:
@@ -461,27 +519,72 @@ def scan(
             "Gate",
         ),
     ] = None,
+    report: Annotated[
+        list[str] | None,
+        _opt(
+            "Also write the report in another format, FORMAT=PATH (e.g. sarif=reports/scan.sarif); repeatable, so one scan feeds every CI output.",
+            "Output",
+        ),
+    ] = None,
+    annotations: Annotated[
+        Annotations,
+        _opt(
+            "GitHub workflow-command annotations on the offending rows, on stderr: auto (when GITHUB_ACTIONS=true), github or none.",
+            "CI",
+        ),
+    ] = Annotations.auto,
+    max_annotations: Annotated[
+        int, _opt("At most N annotations, then a notice of how many more (0: only the notice).", "CI")
+    ] = 50,
     quiet: Quiet = False,
+    against: Against = None,
+    eval_data: EvalData = None,
+    eval_text: EvalText = None,
+    with_existing: WithExisting = None,
+    index: IndexDir = None,
+    use_index: UseIndex = None,
+    baseline: BaselineOpt = None,
 ) -> None:
     """Simulate the batch plan and report the false negatives each batch will contain."""
     from contrast_audit.api import AuditResult, audit
     from contrast_audit.config import build_config
+    from contrast_audit.errors import ConfigError
     from contrast_audit.gate import evaluate, parse
     from contrast_audit.report import FORMATTERS, summary_line
 
-    settings, origin = options.settings(format=output_format, fail_on=fail_on)
+    settings, origin = options.settings(
+        format=output_format,
+        fail_on=fail_on,
+        against=against or None,
+        eval=eval_data or None,
+        eval_text=eval_text,
+        with_existing=with_existing,
+        index=index,
+        use_index=use_index,
+        baseline=baseline,
+    )
     cfg = build_config(settings)
     fmt = output_format_for(output, settings.get("format"), tuple(FORMATTERS))
     expressions = settings.get("fail_on") or []
     expressions = [expressions] if isinstance(expressions, str) else list(expressions)
 
     conditions = parse(expressions, sorted(AuditResult.METRICS))  # before the scan: typos cost nothing
-    with open_output(output, data, settings, origin) as target:
+    if max_annotations < 0:
+        raise ConfigError(f"--max-annotations must be >= 0, got {max_annotations}")
+    extra = [_report_target(value, tuple(FORMATTERS)) for value in report or []]
+
+    with ExitStack() as stack:
+        target = stack.enter_context(open_output(output, data, settings, origin))
+        extra_targets = [
+            (name, stack.enter_context(open_output(path, data, settings, origin, "--report"))) for name, path in extra
+        ]
         with progress_bars(not quiet and sys.stderr.isatty()) as progress:
             result = audit(data, cfg, progress=progress, config_file=origin)
         _warn(result.warnings)
         color = fmt == "text" and output is None and sys.stdout.isatty()
         _emit(FORMATTERS[fmt](result, top=top, color=color), target)
+        for name, extra_target in extra_targets:
+            _emit(FORMATTERS[name](result, top=top, color=False), extra_target)
 
     gate = evaluate(conditions, result.metrics())
     if not quiet:
@@ -490,7 +593,35 @@ def scan(
         for cond, value in gate.checked:
             verdict = "FAILED" if (cond, value) in gate.failed else "passed"
             err.print(f"gate {cond}: {verdict} (value {value:g})", markup=False)
+    _github_outputs(result, gate, annotations.value, max_annotations)
     raise typer.Exit(EXIT_GATE_FAILED if not gate.passed else EXIT_OK)
+
+
+def _report_target(value: str, formats: tuple[str, ...]) -> tuple[str, str]:
+    """``FORMAT=PATH`` of ``--report``, checked before the scan (a format contradicting the file's
+    extension is refused, as for ``--output``)."""
+    from contrast_audit.errors import ConfigError
+
+    name, sep, path = value.partition("=")
+    if not sep or not path.strip() or name not in formats:
+        raise ConfigError(
+            f"--report '{value}' is not FORMAT=PATH with FORMAT one of {', '.join(formats)}",
+            fix="write for example --report sarif=reports/scan.sarif",
+        )
+    return output_format_for(path, name, formats), path
+
+
+def _github_outputs(result: Any, gate: Any, mode: str, max_annotations: int) -> None:
+    """Annotations on stderr (stdout may hold the report) and the step summary, under GitHub Actions."""
+    from contrast_audit.report import github
+
+    if github.annotations_enabled(mode):
+        lines = github.annotations(result, max_annotations=max_annotations)
+        sys.stderr.write("".join(line + "\n" for line in lines))
+        sys.stderr.flush()
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        github.append_step_summary(summary, github.step_summary(result, gate))
 
 
 @app.command()
@@ -554,6 +685,88 @@ def negatives(
     raise typer.Exit(EXIT_OK)
 
 
+class Strategy(str, Enum):
+    mask = "mask"
+    group = "group"
+    multi_positive = "multi-positive"
+
+
+class Severity(str, Enum):
+    certain = "certain"
+    likely = "likely"
+    suspect = "suspect"
+
+
+@app.command()
+@handle_errors
+@audit_options()
+def manifest(
+    data: Data,
+    options: AuditOptions,
+    out: Annotated[str, _opt("Write the manifest here (JSON Lines, atomically).", "Output", "--out")],
+    strategy: Annotated[
+        Strategy | None,
+        _opt(
+            "mask: your plan, findings masked; group: related rows re-planned into different batches, the rest masked; multi-positive: related rows batched together as each other's positives.  \\[default: mask]",
+            "Manifest",
+        ),
+    ] = None,
+    mask_severity: Annotated[
+        Severity | None,
+        _opt("Act on findings of this severity and above.  \\[default: likely]", "Manifest"),
+    ] = None,
+    quiet: Quiet = False,
+) -> None:
+    """Write a batch manifest that masks, separates or groups the false negatives, for the bundled trainer or your own."""
+    from contrast_audit.config import build_config
+    from contrast_audit.manifest import build_manifest
+
+    settings, origin = options.settings(strategy=strategy, mask_severity=mask_severity)
+    cfg = build_config(settings)
+    with (
+        open_output(out, data, settings, origin, "--out") as target,
+        progress_bars(not quiet and sys.stderr.isatty()) as progress,
+    ):
+        result = build_manifest(
+            data,
+            cfg,
+            strategy=settings.get("strategy", "mask"),
+            mask_severity=settings.get("mask_severity", "likely"),
+            progress=progress,
+            config_file=origin,
+        )
+        target.write(result.render())
+    if not quiet:
+        c = result.counts
+        _stderr().print(
+            f"contrast-audit: {result.manifest.strategy} manifest for {c['rows_planned']} rows in {c['batches']} "
+            f"batches written to {out}: {c['masked_pairs']} masked pairs, {c['positive_pairs']} positive pairs, "
+            f"{c['conflicts_left']} related pairs left sharing a batch (masked)",
+            markup=False,
+        )
+    raise typer.Exit(EXIT_OK)
+
+
+@app.command()
+@handle_errors
+def init(
+    output: Annotated[
+        Path, _opt("Where to write the settings file (a directory gets contrast-audit.toml).", "Output")
+    ] = Path("contrast-audit.toml"),
+    force: Annotated[bool, _opt("Overwrite an existing file.", "Output", "--force")] = False,
+) -> None:
+    """Write a commented starter contrast-audit.toml: every setting with its default and meaning."""
+    from contrast_audit.starter import write
+
+    target = write(output, force=force)
+    _stderr().print(f"contrast-audit: wrote {target}; uncomment the settings you want to change", markup=False)
+    raise typer.Exit(EXIT_OK)
+
+
 def main() -> None:
     """Console-script entry point."""
     app()
+
+
+if __name__ == "__main__":
+    main()

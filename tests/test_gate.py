@@ -59,7 +59,8 @@ def test_unknown_metric_lists_the_valid_ones() -> None:
 
 
 @pytest.mark.parametrize(
-    "expr", ["findings", "findings>>0", ">0", "findings>abc", "findings=>1", "2>findings", "findings>nan", "findings>1e"]
+    "expr",
+    ["findings", "findings>>0", ">0", "findings>abc", "findings=>1", "2>findings", "findings>nan", "findings>1e"],
 )
 def test_bad_syntax(expr: str) -> None:
     with pytest.raises(ConfigError, match="METRIC OP NUMBER"):
@@ -153,6 +154,6 @@ def test_gate_grammar_is_in_help() -> None:
 
 
 def test_bad_gate_in_the_settings_file(data: Path) -> None:
-    (data / "contrast-audit.toml").write_text("fail-on = [\"findings>0\", \"\"]\n", encoding="utf-8")
+    (data / "contrast-audit.toml").write_text('fail-on = ["findings>0", ""]\n', encoding="utf-8")
     result = scan("clean.jsonl")
     assert result.exit_code == 2 and "empty condition" in result.stderr

@@ -13,7 +13,7 @@ from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE
 
 def top_findings(result: AuditResult, top: int) -> pl.DataFrame:
     """The most severe findings first (then by batch), with texts, for display."""
-    f = result.findings.sort(
+    f = result.active_findings.sort(
         ["severity_rank", "batch", "anchor_row", "cand_row"], descending=[True, False, False, False]
     ).head(top)
     return result.findings_table(f)
@@ -116,7 +116,7 @@ def plan_line(result: AuditResult) -> str:
 
 def mislabelled_rows(result: AuditResult, top: int) -> list[dict[str, Any]]:
     """The first ``top`` mislabelled hard negatives with their row's id and texts."""
-    mis = result.mislabelled.head(top)
+    mis = result.active_mislabelled.head(top)
     rows = mis.get_column("anchor_row").to_numpy()
     ids = result.corpus.rows.get_column("id").gather(rows).to_list()
     anchors = result.corpus.spelling(rows, np.full(mis.height, ANCHOR_ROLE)).to_list()
@@ -134,3 +134,35 @@ def mislabelled_rows(result: AuditResult, top: int) -> list[dict[str, Any]]:
         }
         for i, r in enumerate(mis.iter_rows(named=True))
     ]
+
+
+OVERLAP_TITLES = {"eval": "Leaks of eval data", "existing": "Repeats of existing data"}
+
+
+def has_reference(result: AuditResult) -> bool:
+    """Whether the scan checked new rows against existing or eval data."""
+    ref = result.config.reference
+    return bool(ref.against or ref.eval)
+
+
+def top_overlaps(result: AuditResult, target: str, top: int) -> tuple[int, list[dict[str, Any]]]:
+    """How many overlaps with ``target`` ("eval" or "existing") there are, and the first ``top``
+    (new ones before baseline ones, most severe first) with both texts."""
+    table = result.overlaps_table().with_row_index("_i").filter(pl.col("target") == target)
+    shown = table.sort(["baseline", "severity", "_i"]).head(top)
+    return table.height, shown.drop("_i").to_dicts()
+
+
+def baseline_lines(result: AuditResult) -> list[str]:
+    """'N new, M in baseline' per kind, when a baseline was given."""
+    if result.baseline_file is None:
+        return []
+    c = result.counts()
+    new, old = c["new"], c["in_baseline"]
+    labels = {
+        "findings": "false negatives",
+        "mislabelled_negatives": "mislabelled hard negatives",
+        "overlaps": "overlaps with existing data",
+        "leaks": "leaks of eval data",
+    }
+    return [f"{labels[k]}: {new[k]} new, {old[k]} in baseline" for k in labels]
