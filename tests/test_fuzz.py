@@ -34,7 +34,7 @@ from contrast_audit.plan import read_plan_file
 settings.register_profile(
     "default", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
 )
-settings.register_profile("fuzz", max_examples=3000, deadline=None, suppress_health_check=list(HealthCheck))
+settings.register_profile("fuzz", max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 RUNNER = CliRunner()

@@ -94,7 +94,7 @@ def test_sigkill_during_a_lexical_scan(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_sigkill_during_embedding_with_a_cold_cache(tmp_path: Path) -> None:
-    _data(tmp_path / "pairs.jsonl", 3_000)
+    _data(tmp_path / "pairs.jsonl", 1_500)
     _kill_rounds(tmp_path, ("--no-minhash",), int(os.environ.get("KILL_ROUNDS", "4")), seed=2)
     shards = list((tmp_path / "cache").rglob("shard-*.npz"))
     assert shards  # the killed runs kept what they had embedded
