@@ -484,6 +484,10 @@ def open_output(
         return nullcontext(None)
     inputs = [str(p) for p in expand_paths(data)]
     inputs += [str(v) for v in (settings.get("plan"), origin) if v]
+    for key in ("against", "eval"):  # reference data is input too (a baseline report may be replaced)
+        value = settings.get(key) or []
+        for pattern in [value] if isinstance(value, str) else value:
+            inputs += [str(p) for p in expand_paths([str(pattern)])]
     return OutputTarget(output, inputs=inputs, option=option)
 
 

@@ -180,3 +180,11 @@ def test_every_stage_has_a_progress_bar(tmp_path: Path) -> None:
         assert stage in names
     assert names[-1] == "Comparing batches"
     assert all(ticks.get(name) == total for name, total in started)  # every bar completes
+
+
+def test_output_naming_reference_data_is_refused(tmp_path: Path, no_scan: None) -> None:
+    (tmp_path / "old.jsonl").write_text((tmp_path / "in.jsonl").read_text())
+    (tmp_path / "eval.jsonl").write_text((tmp_path / "in.jsonl").read_text())
+    for flag, target in (("--against", "old.jsonl"), ("--eval", "eval.jsonl")):
+        result = scan("in.jsonl", flag, target, "--output", target)
+        assert result.exit_code == 2 and "is the input file" in result.stderr, result.output
