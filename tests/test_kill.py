@@ -71,9 +71,11 @@ def _kill_rounds(tmp: Path, extra: tuple[str, ...], rounds: int, seed: int) -> N
         proc = subprocess.Popen(
             _command(tmp / "cache", *extra), cwd=tmp, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
-        time.sleep(rng.uniform(0.05, duration * 1.1))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(60)
+        try:
+            proc.wait(timeout=rng.uniform(0.05, duration * 1.1))  # it may finish first
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(60)
         text = (tmp / "report.json").read_text()
         if text != "old report\n":  # the run finished before the kill: a whole report
             assert _strip_volatile(json.loads(text)) == expected
