@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -18,6 +20,7 @@ from rich.text import Text
 
 from contrast_audit import __version__
 from contrast_audit.errors import EXIT_GATE_FAILED, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, AuditError
+from contrast_audit.gate import GRAMMAR as GATE_GRAMMAR
 
 app = typer.Typer(
     name="contrast-audit",
@@ -27,7 +30,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-ISSUES_URL = "https://github.com/contrast-audit/contrast-audit/issues"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -41,6 +43,11 @@ class Format(str, Enum):
 class Sampler(str, Enum):
     random = "random"
     no_duplicates = "no-duplicates"
+
+
+class NegativesFormat(str, Enum):
+    text = "text"
+    json = "json"
 
 
 class OnBadRow(str, Enum):
@@ -71,8 +78,9 @@ def handle_errors(func: F) -> F:
             console.print(
                 Text.assemble(
                     ("internal error:", "bold red"),
-                    f" {type(exc).__name__}: {exc} — this is a bug in contrast-audit {__version__}; "
-                    f"please report it with the command you ran at {ISSUES_URL}",
+                    f" {type(exc).__name__}: {exc} — this is a bug in contrast-audit {__version__}. "
+                    "When you report it to the maintainers, include the version, the command you ran and "
+                    "the output of the same command with CONTRAST_AUDIT_DEBUG=1 set (it adds the traceback).",
                 )
             )
             if os.environ.get("CONTRAST_AUDIT_DEBUG"):
@@ -131,7 +139,7 @@ def _opt(help_text: str, panel: str, *names: str, **kwargs: Any) -> Any:
     return typer.Option(*names, help=help_text, rich_help_panel=panel, **kwargs)
 
 
-# Options shared by `scan` and `negatives`: one declaration each.
+# Option declarations; those in AUDIT_OPTIONS are shared by every command that plans and judges batches.
 Data = Annotated[list[str], typer.Argument(help="Pair files (JSONL, CSV, TSV, Parquet) or globs.", show_default=False)]
 AnchorCol = Annotated[str | None, _opt("Column holding the anchor (query).", "Columns")]
 PositiveCol = Annotated[
@@ -267,119 +275,280 @@ ConfigFile = Annotated[
     _opt("Settings file (default: ./contrast-audit.toml or \\[tool.contrast-audit] in ./pyproject.toml).", "Input"),
 ]
 FormatOpt = Annotated[Format | None, _opt("Report format.  \\[default: text]", "Output", "--format")]
-OutputOpt = Annotated[Path | None, _opt("Write the report here (atomically) instead of stdout.", "Output")]
+OutputOpt = Annotated[
+    str | None,
+    _opt(
+        "Write the report here (atomically; checked before the scan) instead of stdout; without --format the "
+        "extension picks the format (.json, .md, .html, .txt).",
+        "Output",
+    ),
+]
 Quiet = Annotated[bool, _opt("No progress bars and no summary line on stderr.", "Output", "--quiet", "-q")]
 
+Against = Annotated[
+    list[str] | None,
+    _opt(
+        "Existing training data (files or globs; repeatable): report new rows that repeat or paraphrase its rows. "
+        "Read with the column flags above unless [tool.contrast-audit.against] names its columns.",
+        "Reference data",
+    ),
+]
+EvalData = Annotated[
+    list[str] | None,
+    _opt(
+        "Evaluation data (pair files, single-text files with --eval-text, or BEIR queries.jsonl/corpus.jsonl or "
+        "their directory; repeatable): report new rows that leak it.",
+        "Reference data",
+        "--eval",
+    ),
+]
+EvalText = Annotated[
+    str | None, _opt("The eval files hold one text per row, in this column (e.g. question).", "Reference data")
+]
+WithExisting = Annotated[
+    bool | None,
+    _opt(
+        "Plan the in-batch audit over new and existing rows together; report findings that involve a new row.",
+        "Reference data",
+        "--with-existing",
+    ),
+]
+IndexDir = Annotated[
+    Path | None,
+    _opt(
+        "Directory of the reference index (signatures and embeddings of reference texts, by text hash); cache it "
+        "between CI runs.  \\[default: index/ under the cache directory]",
+        "Reference data",
+    ),
+]
+UseIndex = Annotated[
+    bool | None,
+    _opt("Read and write the reference index.  \\[default: on]", "Reference data", "--use-index/--no-index"),
+]
+BaselineOpt = Annotated[
+    Path | None,
+    _opt(
+        "A JSON report of an earlier scan: what it already holds is marked baseline and not counted by the gate.",
+        "Gate",
+    ),
+]
 
-def _settings(config: Path | None, **flags: Any) -> tuple[dict[str, Any], str | None]:
-    """Flags (those given) over the settings file."""
-    from contrast_audit.config import load_config_file
 
-    file_settings, origin = load_config_file(config)
-    for key in ("negatives", "directions"):
-        flags[key] = _split(flags.get(key))
-    for key, value in list(flags.items()):
-        if isinstance(value, Enum):
-            flags[key] = value.value
-        elif isinstance(value, Path):
-            flags[key] = str(value)
-    return {**file_settings, **{k: v for k, v in flags.items() if v is not None}}, origin
+# The options every command that plans and judges batches shares (scan, negatives, manifest): declared
+# once here, added to each command's signature by ``@audit_options`` and handed to it as one object.
+AUDIT_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("anchor", AnchorCol),
+    ("positive", PositiveCol),
+    ("negative", NegativeCols),
+    ("id_column", IdCol),
+    ("source", SourceCol),
+    ("cohort", CohortCol),
+    ("group", GroupCol),
+    ("batch_size", BatchSize),
+    ("seed", Seed),
+    ("epochs", Epochs),
+    ("drop_last", DropLast),
+    ("world_size", WorldSize),
+    ("sampler", SamplerOpt),
+    ("plan", PlanFile),
+    ("directions", Directions),
+    ("max_hops", MaxHops),
+    ("number_guard", NumberGuardOpt),
+    ("alignment", Alignment),
+    ("alignment_words", AlignmentWords),
+    ("alignment_match", AlignmentMatch),
+    ("minhash", MinHashOn),
+    ("minhash_threshold", MinHashThreshold),
+    ("num_perm", NumPerm),
+    ("shingle", Shingle),
+    ("ngram", NGram),
+    ("embeddings", EmbeddingsOn),
+    ("model", ModelPath),
+    ("device", Device),
+    ("query_prompt", QueryPrompt),
+    ("doc_prompt", DocPrompt),
+    ("embed_batch_size", EmbedBatch),
+    ("cache_dir", CacheDir),
+    ("cache", UseCache),
+    ("positive_threshold", PositiveThreshold),
+    ("anchor_threshold", AnchorThreshold),
+    ("margin", MarginOn),
+    ("margin_support", MarginSupport),
+    ("absolute_margin", AbsoluteMargin),
+    ("relative_margin", RelativeMargin),
+    ("on_bad_row", OnBad),
+)
+_SETTING_NAMES = {"negative": "negatives", "id_column": "id"}  # flag parameter → settings key
 
 
-def _emit(rendered: str, output: Path | None) -> None:
-    from contrast_audit.io import write_atomic
+@dataclass(frozen=True)
+class AuditOptions:
+    """The shared flags of one command line (those not given are ``None``) and its ``--config`` file."""
 
-    if output is not None:
-        write_atomic(output, rendered)
+    flags: dict[str, Any]
+    config: Path | None
+
+    def settings(self, **own: Any) -> tuple[dict[str, Any], str | None]:
+        """Settings: the shared flags and the command's own setting flags (``own``, those given), over the
+        settings file. Returns them with the file they came from."""
+        from contrast_audit.config import load_config_file
+
+        flags = {_SETTING_NAMES.get(k, k): v for k, v in {**self.flags, **own}.items()}
+        file_settings, origin = load_config_file(self.config)
+        for key in ("negatives", "directions"):
+            flags[key] = _split(flags.get(key))
+        for key, value in list(flags.items()):
+            if isinstance(value, Enum):
+                flags[key] = value.value
+            elif isinstance(value, Path):
+                flags[key] = str(value)
+        return {**file_settings, **{k: v for k, v in flags.items() if v is not None}}, origin
+
+
+def audit_options(*, exclude: tuple[str, ...] = ()) -> Callable[[F], F]:
+    """Add the shared options (less ``exclude``) and ``--config`` after the command's first parameter (its
+    DATA argument); the command receives them as ``options: AuditOptions``."""
+    shared = [(name, annotation) for name, annotation in AUDIT_OPTIONS if name not in exclude]
+
+    def decorate(func: F) -> F:
+        signature = inspect.signature(func, eval_str=True)
+        own = [p for p in signature.parameters.values() if p.name != "options"]
+        added = [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=None)
+            for name, annotation in [*shared, ("config", ConfigFile)]
+        ]
+        keyword_own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own[1:]]
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            flags = {name: kwargs.pop(name, None) for name, _ in shared}
+            options = AuditOptions(flags, kwargs.pop("config", None))
+            return func(*args, options=options, **kwargs)
+
+        wrapper.__signature__ = signature.replace(parameters=[own[0], *added, *keyword_own])  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+# Report formats implied by an --output extension.
+EXTENSION_FORMATS = {
+    ".json": "json",
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".html": "html",
+    ".htm": "html",
+    ".txt": "text",
+}
+
+
+def output_format_for(output: str | None, explicit: str | None, allowed: tuple[str, ...]) -> str:
+    """The format: ``--format`` (or the settings file), else the output's extension, else text. A
+    format that contradicts a known extension is refused (a .json file holding text would mislead)."""
+    from contrast_audit.errors import ConfigError
+
+    implied = EXTENSION_FORMATS.get(Path(output).suffix.lower()) if output else None
+    if explicit is not None:
+        if explicit not in allowed:
+            raise ConfigError(f"format must be one of {', '.join(allowed)}, got {explicit!r}")
+        if implied is not None and implied != explicit:
+            raise ConfigError(
+                f"--format {explicit} contradicts --output {output} (a {implied} file name)",
+                fix=f"drop --format, or name the file for {explicit}",
+            )
+        return explicit
+    if implied is not None and implied not in allowed:
+        raise ConfigError(
+            f"--output {output}: this command writes {' or '.join(allowed)}, not {implied}",
+            fix="choose another file name or pass --format",
+        )
+    return implied or "text"
+
+
+def open_output(
+    output: str | None, data: list[str], settings: dict[str, Any], origin: str | None, option: str = "--output"
+):
+    """The checked ``--output`` (see ``io.atomic.OutputTarget``), before any work; None for stdout."""
+    from contrast_audit.io.atomic import OutputTarget
+    from contrast_audit.io.load import expand_paths
+
+    if output is None:
+        return nullcontext(None)
+    inputs = [str(p) for p in expand_paths(data)]
+    inputs += [str(v) for v in (settings.get("plan"), origin) if v]
+    return OutputTarget(output, inputs=inputs, option=option)
+
+
+def _emit(rendered: str, target: Any) -> None:
+    if target is not None:
+        target.write(rendered)
     else:
         sys.stdout.write(rendered)
         sys.stdout.flush()
 
 
+def _warn(warnings: list[str]) -> None:
+    err = _stderr()
+    for line in warnings:
+        err.print(Text.assemble(("warning:", "bold yellow"), " ", line))
+
+
 @app.command()
 @handle_errors
+@audit_options()
 def scan(
     data: Data,
-    anchor: AnchorCol = None,
-    positive: PositiveCol = None,
-    negative: NegativeCols = None,
-    id_column: IdCol = None,
-    source: SourceCol = None,
-    cohort: CohortCol = None,
-    group: GroupCol = None,
-    batch_size: BatchSize = None,
-    seed: Seed = None,
-    epochs: Epochs = None,
-    drop_last: DropLast = None,
-    world_size: WorldSize = None,
-    sampler: SamplerOpt = None,
-    plan: PlanFile = None,
-    directions: Directions = None,
-    max_hops: MaxHops = None,
-    number_guard: NumberGuardOpt = None,
-    alignment: Alignment = None,
-    alignment_words: AlignmentWords = None,
-    alignment_match: AlignmentMatch = None,
-    minhash: MinHashOn = None,
-    minhash_threshold: MinHashThreshold = None,
-    num_perm: NumPerm = None,
-    shingle: Shingle = None,
-    ngram: NGram = None,
-    embeddings: EmbeddingsOn = None,
-    model: ModelPath = None,
-    device: Device = None,
-    query_prompt: QueryPrompt = None,
-    doc_prompt: DocPrompt = None,
-    embed_batch_size: EmbedBatch = None,
-    cache_dir: CacheDir = None,
-    cache: UseCache = None,
-    positive_threshold: PositiveThreshold = None,
-    anchor_threshold: AnchorThreshold = None,
-    margin: MarginOn = None,
-    margin_support: MarginSupport = None,
-    absolute_margin: AbsoluteMargin = None,
-    relative_margin: RelativeMargin = None,
-    on_bad_row: OnBad = None,
+    options: AuditOptions,
     output_format: FormatOpt = None,
     output: OutputOpt = None,
     top: Annotated[int, _opt("Findings shown in text, markdown and html reports.", "Output")] = 20,
     fail_on: Annotated[
         list[str] | None,
         _opt(
-            "Gate: exit 1 when METRIC OP NUMBER holds, e.g. findings>0, fn-rate>0.001, likely>10; repeatable.", "Gate"
+            "Gate: exit 1 when a condition holds, e.g. findings>0, fn-rate>0.001, likely>10. Grammar: "
+            + GATE_GRAMMAR
+            + ". Metrics: findings, certain, likely, suspect, fn-rate, rows-affected, mislabelled, and one per evidence kind.",
+            "Gate",
         ),
     ] = None,
     quiet: Quiet = False,
-    config: ConfigFile = None,
+    against: Against = None,
+    eval_data: EvalData = None,
+    eval_text: EvalText = None,
+    with_existing: WithExisting = None,
+    index: IndexDir = None,
+    use_index: UseIndex = None,
+    baseline: BaselineOpt = None,
 ) -> None:
     """Simulate the batch plan and report the false negatives each batch will contain."""
-    given = dict(locals())
     from contrast_audit.api import AuditResult, audit
     from contrast_audit.config import build_config
-    from contrast_audit.errors import ConfigError
     from contrast_audit.gate import evaluate, parse
     from contrast_audit.report import FORMATTERS, summary_line
 
-    flags = {k: v for k, v in given.items() if k not in ("data", "top", "quiet", "config", "output")}
-    flags["negatives"] = flags.pop("negative")
-    flags["id"] = flags.pop("id_column")
-    flags["format"] = flags.pop("output_format")
-    flags["fail_on"] = fail_on or None
-    settings, origin = _settings(config, **flags)
+    settings, origin = options.settings(
+        format=output_format,
+        fail_on=fail_on,
+        against=against or None,
+        eval=eval_data or None,
+        eval_text=eval_text,
+        with_existing=with_existing,
+        index=index,
+        use_index=use_index,
+        baseline=baseline,
+    )
     cfg = build_config(settings)
-    fmt = settings.get("format", "text")
-    if fmt not in FORMATTERS:
-        raise ConfigError(f"format must be one of {', '.join(FORMATTERS)}, got {fmt!r}")
+    fmt = output_format_for(output, settings.get("format"), tuple(FORMATTERS))
     expressions = settings.get("fail_on") or []
     expressions = [expressions] if isinstance(expressions, str) else list(expressions)
 
     conditions = parse(expressions, sorted(AuditResult.METRICS))  # before the scan: typos cost nothing
-
-    with progress_bars(not quiet and sys.stderr.isatty()) as progress:
-        result = audit(data, cfg, progress=progress, config_file=origin)
-
-    color = fmt == "text" and output is None and sys.stdout.isatty()
-    _emit(FORMATTERS[fmt](result, top=top, color=color), output)
+    with open_output(output, data, settings, origin) as target:
+        with progress_bars(not quiet and sys.stderr.isatty()) as progress:
+            result = audit(data, cfg, progress=progress, config_file=origin)
+        _warn(result.warnings)
+        color = fmt == "text" and output is None and sys.stdout.isatty()
+        _emit(FORMATTERS[fmt](result, top=top, color=color), target)
 
     gate = evaluate(conditions, result.metrics())
     if not quiet:
@@ -393,51 +562,21 @@ def scan(
 
 @app.command()
 @handle_errors
+@audit_options(exclude=("embeddings",))
 def negatives(
     data: Data,
-    anchor: AnchorCol = None,
-    positive: PositiveCol = None,
-    negative: NegativeCols = None,
-    id_column: IdCol = None,
-    source: SourceCol = None,
-    cohort: CohortCol = None,
-    group: GroupCol = None,
-    batch_size: BatchSize = None,
-    seed: Seed = None,
-    epochs: Epochs = None,
-    drop_last: DropLast = None,
-    world_size: WorldSize = None,
-    sampler: SamplerOpt = None,
-    plan: PlanFile = None,
-    directions: Directions = None,
-    max_hops: MaxHops = None,
-    number_guard: NumberGuardOpt = None,
-    alignment: Alignment = None,
-    alignment_words: AlignmentWords = None,
-    alignment_match: AlignmentMatch = None,
-    minhash: MinHashOn = None,
-    minhash_threshold: MinHashThreshold = None,
-    num_perm: NumPerm = None,
-    shingle: Shingle = None,
-    ngram: NGram = None,
-    model: ModelPath = None,
-    device: Device = None,
-    query_prompt: QueryPrompt = None,
-    doc_prompt: DocPrompt = None,
-    embed_batch_size: EmbedBatch = None,
-    cache_dir: CacheDir = None,
-    cache: UseCache = None,
-    positive_threshold: PositiveThreshold = None,
-    anchor_threshold: AnchorThreshold = None,
-    margin: MarginOn = None,
-    margin_support: MarginSupport = None,
-    absolute_margin: AbsoluteMargin = None,
-    relative_margin: RelativeMargin = None,
-    on_bad_row: OnBad = None,
+    options: AuditOptions,
     output_format: Annotated[
-        Format | None, _opt("Output format: text or json.  \\[default: text]", "Output", "--format")
+        NegativesFormat | None, _opt("Output format.  \\[default: text]", "Output", "--format")
     ] = None,
-    output: OutputOpt = None,
+    output: Annotated[
+        str | None,
+        _opt(
+            "Write the list here (atomically; checked before the scan) instead of stdout; without --format a .json "
+            "name writes JSON.",
+            "Output",
+        ),
+    ] = None,
     top: Annotated[int, _opt("How many alleged negatives (or anchors, with --per-anchor) to list.", "Output")] = 20,
     per_anchor: Annotated[
         int,
@@ -449,41 +588,94 @@ def negatives(
     only_source: Annotated[list[str] | None, _opt("Only anchors from these sources (repeatable).", "Filter")] = None,
     only_cohort: Annotated[list[str] | None, _opt("Only anchors from these cohorts (repeatable).", "Filter")] = None,
     quiet: Quiet = False,
-    config: ConfigFile = None,
 ) -> None:
     """List the highest-scoring alleged negatives: candidate and positive scores, margin, and whether and why each is flagged."""
-    given = dict(locals())
     from contrast_audit.api import audit
     from contrast_audit.config import build_config
     from contrast_audit.errors import ConfigError
     from contrast_audit.negatives import alleged_negatives, render_json, render_text
 
-    flags = {
-        k: v
-        for k, v in given.items()
-        if k
-        not in ("data", "top", "quiet", "config", "output", "per_anchor", "only_source", "only_cohort", "output_format")
-    }
-    flags["negatives"] = flags.pop("negative")
-    flags["id"] = flags.pop("id_column")
-    settings, origin = _settings(config, **flags)
+    settings, origin = options.settings()
     settings["embeddings"] = True
     cfg = build_config(settings)
-    fmt = output_format.value if output_format else "text"
-    if fmt not in ("text", "json"):
-        raise ConfigError(f"negatives --format must be text or json, got {fmt!r}")
+    fmt = output_format_for(output, output_format.value if output_format else None, ("text", "json"))
     if top < 1 or per_anchor < 0:
         raise ConfigError("--top must be >= 1 and --per-anchor >= 0")
-    with progress_bars(not quiet and sys.stderr.isatty()) as progress:
-        result = audit(data, cfg, progress=progress, config_file=origin)
-        table = alleged_negatives(result, top=top, per_anchor=per_anchor, sources=only_source, cohorts=only_cohort)
-    if fmt == "json":
-        _emit(render_json(result, table, top=top, per_anchor=per_anchor), output)
-    else:
-        _emit(render_text(result, table, per_anchor=per_anchor, color=output is None and sys.stdout.isatty()), output)
+    with open_output(output, data, settings, origin) as target:
+        with progress_bars(not quiet and sys.stderr.isatty()) as progress:
+            result = audit(data, cfg, progress=progress, config_file=origin)
+            table = alleged_negatives(result, top=top, per_anchor=per_anchor, sources=only_source, cohorts=only_cohort)
+        _warn(result.warnings)
+        if fmt == "json":
+            _emit(render_json(result, table, top=top, per_anchor=per_anchor), target)
+        else:
+            color = output is None and sys.stdout.isatty()
+            _emit(render_text(result, table, per_anchor=per_anchor, color=color), target)
     if not quiet:
         _stderr().print(
             f"contrast-audit: {table.height} alleged negatives listed from {result.judgement.candidates} candidates",
+            markup=False,
+        )
+    raise typer.Exit(EXIT_OK)
+
+
+class Strategy(str, Enum):
+    mask = "mask"
+    group = "group"
+    multi_positive = "multi-positive"
+
+
+class Severity(str, Enum):
+    certain = "certain"
+    likely = "likely"
+    suspect = "suspect"
+
+
+@app.command()
+@handle_errors
+@audit_options()
+def manifest(
+    data: Data,
+    options: AuditOptions,
+    out: Annotated[str, _opt("Write the manifest here (JSON Lines, atomically).", "Output", "--out")],
+    strategy: Annotated[
+        Strategy | None,
+        _opt(
+            "mask: your plan, findings masked; group: related rows re-planned into different batches, the rest masked; multi-positive: related rows batched together as each other's positives.  \\[default: mask]",
+            "Manifest",
+        ),
+    ] = None,
+    mask_severity: Annotated[
+        Severity | None,
+        _opt("Act on findings of this severity and above.  \\[default: likely]", "Manifest"),
+    ] = None,
+    quiet: Quiet = False,
+) -> None:
+    """Write a batch manifest that masks, separates or groups the false negatives, for the bundled trainer or your own."""
+    from contrast_audit.config import build_config
+    from contrast_audit.manifest import build_manifest
+
+    settings, origin = options.settings(strategy=strategy, mask_severity=mask_severity)
+    cfg = build_config(settings)
+    with (
+        open_output(out, data, settings, origin, "--out") as target,
+        progress_bars(not quiet and sys.stderr.isatty()) as progress,
+    ):
+        result = build_manifest(
+            data,
+            cfg,
+            strategy=settings.get("strategy", "mask"),
+            mask_severity=settings.get("mask_severity", "likely"),
+            progress=progress,
+            config_file=origin,
+        )
+        target.write(result.render())
+    if not quiet:
+        c = result.counts
+        _stderr().print(
+            f"contrast-audit: {result.manifest.strategy} manifest for {c['rows_planned']} rows in {c['batches']} "
+            f"batches written to {out}: {c['masked_pairs']} masked pairs, {c['positive_pairs']} positive pairs, "
+            f"{c['conflicts_left']} related pairs left sharing a batch (masked)",
             markup=False,
         )
     raise typer.Exit(EXIT_OK)

@@ -54,16 +54,25 @@ def test_json_report_contract(pairs_file):
         "candidate_role",
         "severity",
         "evidence",
+        "masked",
+        "baseline",
+        "anchor_text_hash",
+        "candidate_text_hash",
     }
+    assert finding["masked"] is False and finding["baseline"] is False
     assert finding["evidence"] == [{"kind": "exact", "score": 1.0, "threshold": 1.0}]
-    assert report["mislabelled_negatives"] == [
-        {
-            "row_id": "d",
-            "negative": "negative_1",
-            "severity": "certain",
-            "evidence": [{"kind": "exact", "score": 1.0, "threshold": 1.0}],
-        }
-    ]
+    (mislabelled,) = report["mislabelled_negatives"]
+    hashes = {k: mislabelled.pop(k) for k in ("anchor_text_hash", "negative_text_hash")}
+    assert mislabelled == {
+        "row_id": "d",
+        "negative": "negative_1",
+        "severity": "certain",
+        "evidence": [{"kind": "exact", "score": 1.0, "threshold": 1.0}],
+        "masked": False,
+        "baseline": False,
+    }
+    assert all(len(h) == 16 for h in hashes.values())
+    assert report["overlaps"] == [] and report["baseline"] is None
     by_source = {r["source"]: r for r in report["by_source"]}
     assert by_source["forum"]["findings"] == 1 and by_source["docs"]["findings"] == 1
 
@@ -139,7 +148,11 @@ def test_internal_errors_exit_3(pairs_file, monkeypatch):
     monkeypatch.setattr(api, "judge", broken)
     result = scan(str(pairs_file(ROWS)), "-q")
     assert result.exit_code == 3
-    assert "internal error" in result.stderr and "please report" in result.stderr
+    assert "internal error" in result.stderr and "bug in contrast-audit" in result.stderr
+    assert "CONTRAST_AUDIT_DEBUG=1" in result.stderr and "http" not in result.stderr  # no invented address
+    from contrast_audit import __version__
+
+    assert __version__ in result.stderr
 
 
 def test_sampler_and_epochs_and_plan_file(pairs_file, tmp_path):
@@ -256,7 +269,7 @@ def test_every_scan_option_can_come_from_the_settings_file():
     from contrast_audit import cli
     from contrast_audit.config import _FILE_KEYS
 
-    renamed = {"negative": "negatives", "id_column": "id", "output_format": "format"}
+    renamed = {"negative": "negatives", "id_column": "id", "output_format": "format", "eval_data": "eval"}
     not_settings = {"data", "top", "quiet", "config", "output"}  # inputs and presentation, not settings
     options = [renamed.get(n, n) for n in inspect.signature(cli.scan).parameters if n not in not_settings]
     assert options and not [name for name in options if name not in _FILE_KEYS]

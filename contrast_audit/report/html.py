@@ -94,6 +94,7 @@ def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
         about.append(("settings", result.config_file))
     if c["skipped_rows"]:
         about.append(("skipped", f"{c['skipped_rows']} bad rows (the JSON report lists each location)"))
+    about += [("warning", line) for line in result.warnings]
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
