@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from contrast_audit.errors import InputError
-from contrast_audit.train._manifest import DEFAULT_ROLE, Manifest
+from contrast_audit.train._manifest import Manifest, default_role
 
 DIRECTIONS = ("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc")
 _NEGATIVE = re.compile(r"^negative_(\d+)$")
@@ -22,7 +22,7 @@ _NEGATIVE = re.compile(r"^negative_(\d+)$")
 
 def role_code(direction: str, role: str) -> int:
     """0 for the direction's default role, k for ``negative_k``."""
-    if role == DEFAULT_ROLE[direction]:
+    if role == default_role(direction):
         return 0
     match = _NEGATIVE.match(role)
     if match and direction in ("query_to_doc", "doc_to_doc") and int(match.group(1)) >= 1:
