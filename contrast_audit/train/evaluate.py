@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import json
-from pathlib import Path
 from typing import Any
 
 from contrast_audit.errors import InputError
