@@ -44,6 +44,9 @@ def mapping_from_manifest(manifest: Manifest, user: ColumnMapping | None = None)
         positive=mapping.get("positive"),
         negatives=tuple(mapping.get("negatives") or ()),
         id=mapping.get("id"),
+        source=mapping.get("source"),
+        cohort=mapping.get("cohort"),
+        group=mapping.get("group"),
     )
 
 

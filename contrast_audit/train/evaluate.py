@@ -138,3 +138,14 @@ def evaluate(
         "doc_prompt": doc_prompt or "",
         "metrics": metrics,
     }
+
+
+def render_json(result: dict[str, Any]) -> str:
+    return json.dumps(result, indent=2, sort_keys=True) + "\n"
+
+
+def render_text(result: dict[str, Any]) -> str:
+    m = result["metrics"]
+    head = f"{result['model']['id']} on {result['queries']} queries against {result['corpus']} documents\n"
+    rows = "".join(f"  {name:<10} {m[name]:.4f}\n" for name in METRICS)
+    return head + rows
