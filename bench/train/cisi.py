@@ -373,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=SETTINGS)
     p.add_argument("--out", default=None, help="write the markdown table here")
+    p.add_argument("--report-only", action="store_true", help="tabulate the finished runs in --work; train nothing")
     args = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -443,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     for seed in args.seeds:
         for setting in args.settings:
             path = work / "results" / f"{setting}-{seed}.json"
+            if not path.exists() and args.report_only:
+                continue
             if not path.exists():
                 _log(f"training {setting} seed {seed}")
                 result = run_one(setting, seed, meta, work, args)

@@ -123,3 +123,24 @@ def test_manifest_train_eval_end_to_end(tmp_path, strategy):
     from sentence_transformers import SentenceTransformer
 
     assert SentenceTransformer(str(tmp_path / "model")).encode(["x"]).shape == (1, 384)
+
+
+@pytest.mark.slow
+def test_a_non_finite_loss_stops_training_with_exit_2_naming_the_step(tmp_path, monkeypatch):
+    from contrast_audit.train.loss import MaskedMultipleNegativesRankingLoss
+
+    write_rows(tmp_path / "pairs.jsonl", topic_rows())
+    assert RUNNER.invoke(app, lexical_manifest()).exit_code == 0
+    original = MaskedMultipleNegativesRankingLoss.compute_loss_from_embeddings
+    calls = {"n": 0}
+
+    def second_step_nan(self, embeddings, labels):
+        calls["n"] += 1
+        value = original(self, embeddings, labels)
+        return value * float("nan") if calls["n"] == 2 else value
+
+    monkeypatch.setattr(MaskedMultipleNegativesRankingLoss, "compute_loss_from_embeddings", second_step_nan)
+    result = RUNNER.invoke(app, ["train", "pairs.jsonl", "--manifest", "mask.jsonl", "--out", "model", "-q"])
+    assert result.exit_code == 2, result.output
+    assert "step 2" in result.output and "nan" in result.output
+    assert not (tmp_path / "model").exists()
