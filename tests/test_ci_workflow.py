@@ -165,7 +165,7 @@ def test_gate_fails_a_change_that_adds_a_duplicate(repo: Path, tmp_path: Path):
     assert commands(done.stdout) == []  # the annotations went to stderr
     text = summary.read_text(encoding="utf-8")
     assert "Gate: **FAILED**" in text and "| `certain>0` | 2 | FAILED |" in text
-    assert "another way to ask about topic 2" in text
+    assert "Answer text 2 on topic 2." in text  # the new row's text, shown in the summary
     report = json.loads((repo / "reports" / "contrast-audit.json").read_text(encoding="utf-8"))
     assert report["counts"]["findings"] == 2 and report["counts"]["mislabelled_negatives"] == 1
     sarif = json.loads((repo / "reports" / "contrast-audit.sarif").read_text(encoding="utf-8"))

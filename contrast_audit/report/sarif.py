@@ -61,7 +61,7 @@ def message(r: dict[str, Any], root: Path | None = None) -> str:
     if rule == "mislabelled-negative":
         return (
             f"Row {r['row_id']}: hard negative {r['role']} “{text}” is equivalent ({r['severity']}) to the row's own "
-            f"anchor or positive “{clip(r['other_text'] or '', TEXT_WIDTH)}”; evidence: {evidence}."
+            f"positive “{clip(r['other_text'] or '', TEXT_WIDTH)}” or its anchor; evidence: {evidence}."
         )
     target = "eval row" if rule == "eval-leak" else "existing row"
     matched = f" “{clip(r['other_text'], TEXT_WIDTH)}”" if r["other_text"] else ""
