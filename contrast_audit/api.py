@@ -11,11 +11,20 @@ import numpy as np
 import polars as pl
 
 from contrast_audit import __version__
+from contrast_audit.baseline import Baseline, read_baseline
 from contrast_audit.config import AuditConfig, PlanConfig
 from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, Corpus, build_corpus, role_name
 from contrast_audit.evidence import REGISTRY, SEVERITIES, Detector, default_detectors
 from contrast_audit.io import LoadResult, load_rows
 from contrast_audit.judge import Judgement, judge
+from contrast_audit.overlap import (
+    distinct_targets,
+    find_overlaps,
+    load_eval,
+    load_existing,
+    text_hashes,
+    with_existing_rows,
+)
 from contrast_audit.plan import Plan, make_plan, read_plan_file
 from contrast_audit.plan.manifest import check_fingerprint, read_manifest
 from contrast_audit.plan.masking import is_manifest_file, manifest_plan, mark_masked
@@ -36,6 +45,9 @@ class AuditResult:
     config_file: str | None = None
     detectors: list[Detector] = field(default_factory=list)
     overlaps: pl.DataFrame = field(default_factory=lambda: empty_overlaps())
+    overlap_texts: pl.DataFrame | None = None  # text, target_text and their hashes, row for row
+    overlap_info: dict[str, Any] = field(default_factory=dict)
+    baseline_file: str | None = None
     # What did not stop the audit but changes what it means (printed on stderr, shown in reports).
     warnings: list[str] = field(default_factory=list)
 
@@ -49,8 +61,16 @@ class AuditResult:
         return self.judgement.mislabelled
 
     @property
+    def unmasked_findings(self) -> pl.DataFrame:
+        return self.findings.filter(~pl.col("masked"))
+
+    @property
+    def unmasked_mislabelled(self) -> pl.DataFrame:
+        return self.mislabelled.filter(~pl.col("masked"))
+
+    @property
     def active_findings(self) -> pl.DataFrame:
-        """The findings the counts and the gate see: neither masked by a manifest nor in the baseline."""
+        """The findings the gate sees: neither masked by a manifest nor in the baseline."""
         return self.findings.filter(~pl.col("masked") & ~pl.col("baseline"))
 
     @property
@@ -58,8 +78,37 @@ class AuditResult:
         return self.mislabelled.filter(~pl.col("masked") & ~pl.col("baseline"))
 
     def counts(self) -> dict[str, Any]:
-        """Headline numbers (also the metrics the gate reads). Masked and baseline findings are counted apart."""
-        f = self.active_findings
+        """Headline numbers. Findings a manifest masks are counted apart (``masked``); ``new`` and
+        ``in_baseline`` split the rest, overlaps and leaks by the ``--baseline`` report; the gate counts
+        only ``new`` ones."""
+        f, mis = self.unmasked_findings, self.unmasked_mislabelled
+        out = self._counts(f, mis)
+        out["masked"] = {
+            "findings": int(self.findings.get_column("masked").sum()),
+            "mislabelled_negatives": int(self.mislabelled.get_column("masked").sum()),
+        }
+        o = self.overlaps
+        is_eval = o.get_column("target") == "eval"
+        base_f = f.get_column("baseline")
+        base_o = o.get_column("baseline")
+        base_m = mis.get_column("baseline")
+        out["overlaps"] = int((~is_eval).sum())
+        out["leaks"] = int(is_eval.sum())
+        out["new"] = {
+            "findings": int((~base_f).sum()),
+            "overlaps": int((~is_eval & ~base_o).sum()),
+            "leaks": int((is_eval & ~base_o).sum()),
+            "mislabelled_negatives": int((~base_m).sum()),
+        }
+        out["in_baseline"] = {
+            "findings": int(base_f.sum()),
+            "overlaps": int((~is_eval & base_o).sum()),
+            "leaks": int((is_eval & base_o).sum()),
+            "mislabelled_negatives": int(base_m.sum()),
+        }
+        return out
+
+    def _counts(self, f: pl.DataFrame, mislabelled: pl.DataFrame | None = None) -> dict[str, Any]:
         sev = f.get_column("severity").cast(pl.String).value_counts()
         by_sev = {s: 0 for s in SEVERITIES}
         by_sev.update(dict(sev.iter_rows()))
@@ -86,11 +135,7 @@ class AuditResult:
             "by_kind": by_kind,
             "fn_rate": (f.height / candidates) if candidates else 0.0,
             "rows_affected": f.get_column("anchor_row").n_unique(),
-            "mislabelled_negatives": self.active_mislabelled.height,
-            "masked": {
-                "findings": int(self.findings.get_column("masked").sum()),
-                "mislabelled_negatives": int(self.mislabelled.get_column("masked").sum()),
-            },
+            "mislabelled_negatives": (self.mislabelled if mislabelled is None else mislabelled).height,
         }
 
     def breakdown(self, column: str) -> list[dict[str, Any]]:
@@ -125,8 +170,9 @@ class AuditResult:
 
     def metrics(self) -> dict[str, float]:
         """Gate metrics: findings, certain, likely, suspect, fn-rate, rows-affected, mislabelled,
-        and one per evidence kind."""
-        c = self.counts()
+        one per evidence kind, overlaps and leaks; only what is not in the baseline counts."""
+        c = self._counts(self.active_findings, self.active_mislabelled)
+        new = self.counts()["new"]
         out: dict[str, float] = {
             "findings": c["findings"],
             **c["by_severity"],
@@ -136,9 +182,63 @@ class AuditResult:
         }
         for kind, value in c["by_kind"].items():
             out.setdefault(kind, value)
+        out["overlaps"] = new["overlaps"]
+        out["leaks"] = new["leaks"]
         return out
 
-    METRICS = ("findings", "certain", "likely", "suspect", "fn-rate", "rows-affected", "mislabelled", *REGISTRY)
+    METRICS = (
+        "findings",
+        "certain",
+        "likely",
+        "suspect",
+        "fn-rate",
+        "rows-affected",
+        "mislabelled",
+        *REGISTRY,
+        "overlaps",
+        "leaks",
+    )
+
+    def text_hashes(self, tids: pl.Series) -> pl.Series:
+        """The normalised-text hash of each text id (see ``overlap.text_hashes``)."""
+        unique = tids.unique().sort()
+        hashes = text_hashes(self.corpus.texts.get_column("norm").gather(unique))
+        return tids.replace_strict(unique, hashes, return_dtype=pl.String) if unique.len() else tids.cast(pl.String)
+
+    def hashed_findings(self) -> pl.DataFrame:
+        """Findings with the ids and text hashes that identify them across runs (baselines)."""
+        f = self.findings
+        ids = self.corpus.rows.get_column("id")
+        return f.with_columns(
+            ids.gather(f.get_column("anchor_row")).alias("anchor_id"),
+            ids.gather(f.get_column("cand_row")).alias("candidate_id"),
+            _role_names(f.get_column("cand_role")).alias("candidate_role"),
+            self.text_hashes(pl.Series(self.corpus.anchor[f.get_column("anchor_row").to_numpy()])).alias(
+                "anchor_text_hash"
+            ),
+            self.text_hashes(f.get_column("cand_tid")).alias("candidate_text_hash"),
+        )
+
+    def hashed_mislabelled(self) -> pl.DataFrame:
+        mis = self.mislabelled
+        ids = self.corpus.rows.get_column("id")
+        return mis.with_columns(
+            ids.gather(mis.get_column("anchor_row")).alias("row_id"),
+            _role_names(mis.get_column("cand_role")).alias("negative"),
+            self.text_hashes(pl.Series(self.corpus.anchor[mis.get_column("anchor_row").to_numpy()])).alias(
+                "anchor_text_hash"
+            ),
+            self.text_hashes(mis.get_column("cand_tid")).alias("negative_text_hash"),
+        )
+
+    def overlaps_table(self) -> pl.DataFrame:
+        """Overlaps with the new text, the matched reference text and both texts' hashes."""
+        texts = self.overlap_texts
+        if texts is None or texts.height != self.overlaps.height:
+            texts = pl.DataFrame(
+                schema={k: pl.String for k in ("text", "target_text", "text_hash", "target_text_hash")}
+            )
+        return pl.concat([self.overlaps, texts], how="horizontal")
 
     def findings_table(self, frame: pl.DataFrame | None = None) -> pl.DataFrame:
         """Findings with ids and texts, for reports."""
@@ -158,7 +258,7 @@ class AuditResult:
 
     def report(self) -> dict[str, Any]:
         """The JSON report (``schema_version`` 1)."""
-        findings = self.findings_table().select(
+        findings = self.hashed_findings().select(
             "batch",
             "epoch",
             "direction",
@@ -169,17 +269,36 @@ class AuditResult:
             "evidence",
             "masked",
             "baseline",
+            "anchor_text_hash",
+            "candidate_text_hash",
         )
-        ids = self.corpus.rows.get_column("id")
-        mis = self.mislabelled
-        mislabelled = mis.select(
-            ids.gather(mis.get_column("anchor_row")).alias("row_id"),
-            _role_names(mis.get_column("cand_role")).alias("negative"),
+        mislabelled = self.hashed_mislabelled().select(
+            "row_id",
+            "negative",
             pl.col("severity").cast(pl.String),
             "evidence",
             "masked",
             "baseline",
+            "anchor_text_hash",
+            "negative_text_hash",
         )
+        overlaps = self.overlaps_table().select(
+            "row_id",
+            "file",
+            "line",
+            "role",
+            "target",
+            "target_id",
+            "target_file",
+            "target_line",
+            "target_role",
+            pl.col("severity").cast(pl.String),
+            "evidence",
+            "baseline",
+            "text_hash",
+            "target_text_hash",
+        )
+        c = self.counts()
         return {
             "schema_version": SCHEMA_VERSION,
             "tool": {"name": "contrast-audit", "version": __version__},
@@ -199,11 +318,16 @@ class AuditResult:
                 "directions": list(self.config.loss.directions),
             },
             "detectors": self.judgement.detector_info,
-            "counts": self.counts(),
+            "counts": c,
             "by_source": self.breakdown("source"),
             "by_cohort": self.breakdown("cohort"),
             "findings": findings.to_dicts(),
             "mislabelled_negatives": mislabelled.to_dicts(),
+            "reference": self.overlap_info or None,
+            "overlaps": overlaps.to_dicts(),
+            "baseline": None
+            if self.baseline_file is None
+            else {"file": self.baseline_file, "matched": c["in_baseline"], "new": c["new"]},
             "warnings": list(self.warnings),
         }
 
@@ -225,11 +349,15 @@ def prepare(
     detectors: Sequence[Detector] | None = None,
     progress: Progress | None = None,
     before_evidence: Callable[[LoadResult], None] | None = None,
+    extend_rows: Callable[[LoadResult], LoadResult] | None = None,
 ) -> Prepared:
     """Load, normalise and prepare the evidence (embedding texts when the detectors need it).
-    ``before_evidence`` runs on the loaded rows first, so a bad plan or manifest fails before any embedding."""
+    ``extend_rows`` may add rows before the corpus is built (``--with-existing``); ``before_evidence`` runs on
+    the loaded rows, so a bad plan or manifest fails before any embedding."""
     cfg = config or AuditConfig()
     loaded = load_rows(list(paths), cfg.mapping, cfg.on_bad_row, cfg.normalise)
+    if extend_rows is not None:
+        loaded = extend_rows(loaded)
     corpus = build_corpus(loaded.rows, cfg.normalise)
     if before_evidence is not None:
         before_evidence(loaded)
@@ -258,10 +386,17 @@ def audit(
 
     A plan file that is a manifest (``contrast-audit manifest``) is checked against the data's fingerprint,
     planned with its own world size, and the findings it masks or marks as positives are flagged ``masked``.
+    With ``reference.against``/``reference.eval`` new rows are checked against existing and eval data.
     """
     cfg = config or AuditConfig()
+    ref = cfg.reference
+    baseline = read_baseline(cfg.baseline, SCHEMA_VERSION) if cfg.baseline else None  # fail early
+    existing = load_existing(ref.against, ref.against_columns or cfg.mapping, cfg.on_bad_row) if ref.against else None
     manifest = None
     plan: Plan | None = None
+
+    def extend(loaded: LoadResult) -> LoadResult:
+        return with_existing_rows(loaded, existing[0]) if existing is not None and ref.with_existing else loaded
 
     def read_plan(loaded: LoadResult) -> None:
         nonlocal manifest, plan, cfg
@@ -274,22 +409,55 @@ def audit(
         elif cfg.plan.plan_file:
             plan = read_plan_file(cfg.plan.plan_file, ids)
 
-    prepared = prepare(paths, cfg, detectors=detectors, progress=progress, before_evidence=read_plan)
+    prepared = prepare(
+        paths, cfg, detectors=detectors, progress=progress, before_evidence=read_plan, extend_rows=extend
+    )
     prepared.config = cfg
+    loaded, corpus, active = prepared.loaded, prepared.corpus, prepared.detectors
+    is_new = (
+        loaded.rows.get_column("is_new").to_numpy()
+        if "is_new" in loaded.rows.columns
+        else np.ones(loaded.rows.height, bool)
+    )
     if plan is None:
-        plan = make_plan(cfg.plan, prepared.corpus.n_rows, prepared.corpus.raw)
+        plan = make_plan(cfg.plan, corpus.n_rows, corpus.raw)
     judgement = judge_plan(prepared, plan, cfg.plan.world_size, progress)
     if manifest is not None:
-        judgement = mark_masked(judgement, manifest, prepared.corpus.rows.get_column("id"), plan, cfg.plan.world_size)
+        judgement = mark_masked(judgement, manifest, corpus.rows.get_column("id"), plan, cfg.plan.world_size)
+    if not is_new.all():  # --with-existing: report what involves a new row
+        keep = pl.Series(is_new)
+        judgement.findings = judgement.findings.filter(
+            keep.gather(judgement.findings.get_column("anchor_row"))
+            | keep.gather(judgement.findings.get_column("cand_row"))
+        )
+        judgement.mislabelled = judgement.mislabelled.filter(
+            keep.gather(judgement.mislabelled.get_column("anchor_row"))
+        )
     n_sets = len(plan.global_batches(cfg.plan.world_size))
-    result = AuditResult(
-        cfg, prepared.loaded, prepared.corpus, plan, n_sets, judgement, config_file, prepared.detectors
-    )
-    result.warnings = [
-        *prepared.loaded.warnings,
-        *plan_warnings(cfg, prepared.corpus.n_rows, plan, n_sets, judgement.candidates),
-    ]
+    result = AuditResult(cfg, loaded, corpus, plan, n_sets, judgement, config_file, active)
+    result.warnings = [*loaded.warnings, *plan_warnings(cfg, corpus.n_rows, plan, n_sets, judgement.candidates)]
+    if ref.against or ref.eval:
+        targets = []
+        if existing is not None:
+            targets.append(distinct_targets("existing", existing[1], cfg, existing[0].files))
+        if ref.eval:
+            files, texts = load_eval(ref.eval, ref.eval_columns or cfg.mapping, ref.eval_text, cfg.on_bad_row)
+            targets.append(distinct_targets("eval", texts, cfg, files))
+        store = next((d.store for d in active if getattr(d, "store", None) is not None), None)
+        found = find_overlaps(corpus, is_new, targets, cfg, store=store, progress=progress)
+        result.overlaps, result.overlap_texts, result.overlap_info = found.overlaps, found.texts, found.info
+    if baseline is not None:
+        mark_baseline(result, baseline)
     return result
+
+
+def mark_baseline(result: AuditResult, baseline: Baseline) -> None:
+    """Flag the findings, mislabelled negatives and overlaps that ``baseline`` already holds."""
+    result.baseline_file = baseline.path
+    j = result.judgement
+    j.findings = j.findings.with_columns(baseline.mark(result.hashed_findings(), "findings"))
+    j.mislabelled = j.mislabelled.with_columns(baseline.mark(result.hashed_mislabelled(), "mislabelled_negatives"))
+    result.overlaps = result.overlaps.with_columns(baseline.mark(result.overlaps_table(), "overlaps"))
 
 
 def plan_warnings(cfg: AuditConfig, n_rows: int, plan: Plan, n_sets: int, candidates: int) -> list[str]:
@@ -352,5 +520,6 @@ __all__ = [
     "audit",
     "empty_overlaps",
     "judge_plan",
+    "plan_warnings",
     "prepare",
 ]

@@ -292,6 +292,54 @@ OutputOpt = Annotated[
 ]
 Quiet = Annotated[bool, _opt("No progress bars and no summary line on stderr.", "Output", "--quiet", "-q")]
 
+Against = Annotated[
+    list[str] | None,
+    _opt(
+        "Existing training data (files or globs; repeatable): report new rows that repeat or paraphrase its rows. "
+        "Read with the column flags above unless [tool.contrast-audit.against] names its columns.",
+        "Reference data",
+    ),
+]
+EvalData = Annotated[
+    list[str] | None,
+    _opt(
+        "Evaluation data (pair files, single-text files with --eval-text, or BEIR queries.jsonl/corpus.jsonl or "
+        "their directory; repeatable): report new rows that leak it.",
+        "Reference data",
+        "--eval",
+    ),
+]
+EvalText = Annotated[
+    str | None, _opt("The eval files hold one text per row, in this column (e.g. question).", "Reference data")
+]
+WithExisting = Annotated[
+    bool | None,
+    _opt(
+        "Plan the in-batch audit over new and existing rows together; report findings that involve a new row.",
+        "Reference data",
+        "--with-existing",
+    ),
+]
+IndexDir = Annotated[
+    Path | None,
+    _opt(
+        "Directory of the reference index (signatures and embeddings of reference texts, by text hash); cache it "
+        "between CI runs.  \\[default: index/ under the cache directory]",
+        "Reference data",
+    ),
+]
+UseIndex = Annotated[
+    bool | None,
+    _opt("Read and write the reference index.  \\[default: on]", "Reference data", "--use-index/--no-index"),
+]
+BaselineOpt = Annotated[
+    Path | None,
+    _opt(
+        "A JSON report of an earlier scan: what it already holds is marked baseline and not counted by the gate.",
+        "Gate",
+    ),
+]
+
 
 # The options every command that plans and judges batches shares (scan, negatives, manifest): declared
 # once here, added to each command's signature by ``@audit_options`` and handed to it as one object.
@@ -489,6 +537,13 @@ def scan(
         int, _opt("At most N annotations, then a notice of how many more (0: only the notice).", "CI")
     ] = 50,
     quiet: Quiet = False,
+    against: Against = None,
+    eval_data: EvalData = None,
+    eval_text: EvalText = None,
+    with_existing: WithExisting = None,
+    index: IndexDir = None,
+    use_index: UseIndex = None,
+    baseline: BaselineOpt = None,
 ) -> None:
     """Simulate the batch plan and report the false negatives each batch will contain."""
     from contrast_audit.api import AuditResult, audit
@@ -497,7 +552,17 @@ def scan(
     from contrast_audit.gate import evaluate, parse
     from contrast_audit.report import FORMATTERS, summary_line
 
-    settings, origin = options.settings(format=output_format, fail_on=fail_on)
+    settings, origin = options.settings(
+        format=output_format,
+        fail_on=fail_on,
+        against=against or None,
+        eval=eval_data or None,
+        eval_text=eval_text,
+        with_existing=with_existing,
+        index=index,
+        use_index=use_index,
+        baseline=baseline,
+    )
     cfg = build_config(settings)
     fmt = output_format_for(output, settings.get("format"), tuple(FORMATTERS))
     expressions = settings.get("fail_on") or []

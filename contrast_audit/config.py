@@ -191,6 +191,32 @@ class LossConfig:
 
 
 @dataclass(frozen=True)
+class ReferenceConfig:
+    """Reference data new rows are checked against (``scan --against/--eval``).
+
+    ``against``: existing training data, read with the scan's column mapping unless
+    ``against_columns`` (``[tool.contrast-audit.against]``) names others. ``eval``: evaluation data:
+    pair files (``eval_columns``), a single-text column (``eval_text``) or BEIR
+    ``queries.jsonl``/``corpus.jsonl`` (files or their directory). ``index_dir``: where signatures and
+    embeddings of the reference texts persist (default: ``index`` under the cache directory).
+    ``with_existing``: plan the in-batch audit over new and existing rows together.
+    """
+
+    against: tuple[str, ...] = ()
+    eval: tuple[str, ...] = ()
+    against_columns: ColumnMapping | None = None
+    eval_columns: ColumnMapping | None = None
+    eval_text: str | None = None
+    index_dir: str | None = None
+    use_index: bool = True
+    with_existing: bool = False
+
+    def __post_init__(self) -> None:
+        if self.with_existing and not self.against:
+            raise ConfigError("--with-existing needs existing data", fix="name it with --against EXISTING")
+
+
+@dataclass(frozen=True)
 class AuditConfig:
     """Everything one audit depends on; reports echo it as the effective configuration."""
 
@@ -203,6 +229,8 @@ class AuditConfig:
     embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     on_bad_row: str = "error"
+    reference: ReferenceConfig = field(default_factory=ReferenceConfig)
+    baseline: str | None = None
 
     def __post_init__(self) -> None:
         if self.on_bad_row not in ON_BAD_ROW:
@@ -267,7 +295,18 @@ _FILE_KEYS: dict[str, tuple[str | None, str]] = {
     "margin_support": ("embedding", "margin_support"),
     "absolute_margin": ("embedding", "absolute_margin"),
     "relative_margin": ("embedding", "relative_margin"),
+    "against": ("reference", "against"),
+    "eval": ("reference", "eval"),
+    "against_columns": ("reference", "against_columns"),
+    "eval_columns": ("reference", "eval_columns"),
+    "eval_text": ("reference", "eval_text"),
+    "index": ("reference", "index_dir"),
+    "use_index": ("reference", "use_index"),
+    "with_existing": ("reference", "with_existing"),
+    "baseline": (None, "baseline"),
 }
+# Keys of the ``[tool.contrast-audit.against]`` / ``[tool.contrast-audit.eval]`` tables.
+_REFERENCE_TABLE_KEYS = ("paths", "anchor", "positive", "negatives", "negative", "id", "text")
 
 
 # Type and range of each setting, checked for the settings file and for flags alike:
@@ -299,9 +338,22 @@ SETTING_RULES: dict[str, tuple[str, float | None, float | None, bool]] = {
         ),
         ("str", None, None, False),
     ),
-    **dict.fromkeys(("negative", "negatives", "directions", "fail_on"), ("strs", None, None, False)),
+    **dict.fromkeys(("negative", "negatives", "directions", "fail_on", "against", "eval"), ("strs", None, None, False)),
+    **dict.fromkeys(("eval_text", "index", "baseline"), ("str", None, None, False)),
+    # against_columns / eval_columns come from the [against] / [eval] tables, checked key by key where read
+    **dict.fromkeys(("against_columns", "eval_columns"), ("table", None, None, False)),
     **dict.fromkeys(
-        ("casefold", "collapse_whitespace", "drop_last", "minhash", "embeddings", "cache", "margin"),
+        (
+            "casefold",
+            "collapse_whitespace",
+            "drop_last",
+            "minhash",
+            "embeddings",
+            "cache",
+            "margin",
+            "with_existing",
+            "use_index",
+        ),
         ("bool", None, None, False),
     ),
     "max_hops": ("int", 0, 1000, False),
@@ -341,6 +393,7 @@ def describe_rule(name: str) -> str:
         "bool": "true or false",
         "str": "a string",
         "strs": "a string or a list of strings",
+        "table": "a table of column names",
     }[kind]
     if low is not None and high is not None:
         text += f" in [{_bound(low)}, {_bound(high)}{')' if open_high else ']'}"
@@ -363,6 +416,8 @@ def check_setting(name: str, value: Any, where: str) -> Any:
         ok = isinstance(value, bool)
     elif kind == "str":
         ok = isinstance(value, str)
+    elif kind == "table":
+        ok = isinstance(value, dict) or hasattr(value, "anchor")
     elif kind == "strs":
         ok = isinstance(value, str) or (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value))
     if ok and low is not None and high is not None:
@@ -415,11 +470,34 @@ def _read_toml(path: Path, in_pyproject: bool) -> tuple[dict[str, Any], str | No
     settings: dict[str, Any] = {}
     for key, value in data.items():
         name = key.replace("-", "_")
+        if name in ("against", "eval") and isinstance(value, dict):
+            settings.update(_reference_table(path, name, value))
+            continue
         if name not in _FILE_KEYS:
             valid = ", ".join(sorted(k.replace("_", "-") for k in _FILE_KEYS))
             raise ConfigError(f"{path}: unknown setting '{key}'", fix=f"valid settings: {valid}")
         settings[name] = check_setting(name, value, f"{path}: setting '{key}'")
     return settings, str(path)
+
+
+def _reference_table(path: Path, name: str, table: dict[str, Any]) -> dict[str, Any]:
+    """``[tool.contrast-audit.against]`` / ``.eval``: paths and the columns of that data."""
+    out: dict[str, Any] = {}
+    columns: dict[str, Any] = {}
+    for key, value in table.items():
+        attr = key.replace("-", "_")
+        if attr not in _REFERENCE_TABLE_KEYS or (attr == "text" and name != "eval"):
+            valid = [k for k in _REFERENCE_TABLE_KEYS if k != "text" or name == "eval"]
+            raise ConfigError(f"{path}: unknown setting '{name}.{key}'", fix=f"valid settings: {', '.join(valid)}")
+        if attr == "paths":
+            out[name] = value
+        elif attr == "text":
+            out["eval_text"] = value
+        else:
+            columns["negatives" if attr == "negative" else attr] = value
+    if columns:
+        out[f"{name}_columns"] = columns
+    return out
 
 
 def build_config(settings: dict[str, Any]) -> AuditConfig:
@@ -430,10 +508,15 @@ def build_config(settings: dict[str, Any]) -> AuditConfig:
             continue
         value = check_setting(name, value, f"--{name.replace('_', '-')}")
         section, attr = _FILE_KEYS[name]
-        if section is None and attr != "on_bad_row":
+        if section is None and attr not in ("on_bad_row", "baseline"):
             continue
-        if attr in ("negatives", "directions"):
+        if attr in ("negatives", "directions", "against", "eval"):
             value = tuple([value] if isinstance(value, str) else value)
+        if attr in ("against_columns", "eval_columns") and isinstance(value, dict):
+            negatives = value.get("negatives", ())
+            value = ColumnMapping(
+                **{**value, "negatives": tuple([negatives] if isinstance(negatives, str) else negatives)}
+            )
         if section == "normalise" and attr == "unicode_form" and str(value).lower() == "none":
             value = None
         sections.setdefault(section, {})[attr] = value
@@ -444,8 +527,9 @@ def build_config(settings: dict[str, Any]) -> AuditConfig:
     try:
         parts = {
             name: replace(getattr(base, name), **sections.get(name, {}))
-            for name in ("mapping", "normalise", "link", "plan", "loss", "minhash", "embedding", "policy")
+            for name in ("mapping", "normalise", "link", "plan", "loss", "minhash", "embedding", "policy", "reference")
         }
-        return AuditConfig(**parts, on_bad_row=sections.get(None, {}).get("on_bad_row", "error"))
+        top = sections.get(None, {})
+        return AuditConfig(**parts, on_bad_row=top.get("on_bad_row", "error"), baseline=top.get("baseline"))
     except TypeError as exc:
         raise ConfigError(f"invalid setting: {exc}") from exc

@@ -113,6 +113,40 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
         },
     ),
     (
+        "Reference data (scan --against/--eval; docs/ci.md)",
+        {
+            "against": (
+                "Existing training data (files or globs): new rows that repeat or paraphrase it.",
+                ["data/*.jsonl"],
+            ),
+            "eval": (
+                "Evaluation data (pair files, single-text files with eval_text, or BEIR queries/corpus): new rows that leak it.",
+                ["eval/queries.jsonl"],
+            ),
+            "against_columns": (
+                "Columns of the existing data when they differ from the new data's (anchor, positive, negatives, id); "
+                "an [against] table with paths and these keys does the same.",
+                {"anchor": "question", "positive": "answer"},
+            ),
+            "eval_columns": (
+                "Columns of the eval data (anchor, positive, negatives, id); an [eval] table with paths, these keys "
+                "and text does the same.",
+                {"anchor": "query", "positive": "passage"},
+            ),
+            "eval_text": ("The eval files hold one text per row, in this column.", "question"),
+            "with_existing": ("Plan the in-batch audit over new and existing rows together.", None),
+            "index": (
+                "Directory of the reference index (default: index/ under the cache directory).",
+                ".contrast-audit-index",
+            ),
+            "use_index": ("Read and write the reference index.", None),
+            "baseline": (
+                "A JSON report of an earlier scan: what it holds is not counted by the gate.",
+                "baseline.json",
+            ),
+        },
+    ),
+    (
         "Manifest (contrast-audit manifest)",
         {
             "strategy": (
@@ -141,6 +175,7 @@ _TOP_LEVEL_DEFAULTS = {
     "fail_on": None,
     "strategy": "mask",
     "mask_severity": "likely",
+    "baseline": None,
 }
 
 
@@ -161,6 +196,8 @@ def toml_value(value: Any) -> str:
     """A TOML literal for strings, numbers, booleans and lists of them (JSON's forms are TOML's)."""
     if isinstance(value, float) and value.is_integer():
         return f"{value:.1f}"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
     return json.dumps(value, ensure_ascii=False)
 
 

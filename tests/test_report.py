@@ -56,19 +56,23 @@ def test_json_report_contract(pairs_file):
         "evidence",
         "masked",
         "baseline",
+        "anchor_text_hash",
+        "candidate_text_hash",
     }
     assert finding["masked"] is False and finding["baseline"] is False
     assert finding["evidence"] == [{"kind": "exact", "score": 1.0, "threshold": 1.0}]
-    assert report["mislabelled_negatives"] == [
-        {
-            "row_id": "d",
-            "negative": "negative_1",
-            "severity": "certain",
-            "evidence": [{"kind": "exact", "score": 1.0, "threshold": 1.0}],
-            "masked": False,
-            "baseline": False,
-        }
-    ]
+    (mislabelled,) = report["mislabelled_negatives"]
+    hashes = {k: mislabelled.pop(k) for k in ("anchor_text_hash", "negative_text_hash")}
+    assert mislabelled == {
+        "row_id": "d",
+        "negative": "negative_1",
+        "severity": "certain",
+        "evidence": [{"kind": "exact", "score": 1.0, "threshold": 1.0}],
+        "masked": False,
+        "baseline": False,
+    }
+    assert all(len(h) == 16 for h in hashes.values())
+    assert report["overlaps"] == [] and report["baseline"] is None
     by_source = {r["source"]: r for r in report["by_source"]}
     assert by_source["forum"]["findings"] == 1 and by_source["docs"]["findings"] == 1
 
@@ -268,7 +272,7 @@ def test_every_scan_option_can_come_from_the_settings_file():
     from contrast_audit import cli
     from contrast_audit.config import _FILE_KEYS
 
-    renamed = {"negative": "negatives", "id_column": "id", "output_format": "format"}
+    renamed = {"negative": "negatives", "id_column": "id", "output_format": "format", "eval_data": "eval"}
     # inputs and presentation (CI annotations included), not settings
     not_settings = {"data", "top", "quiet", "config", "output", "report", "annotations", "max_annotations"}
     options = [renamed.get(n, n) for n in inspect.signature(cli.scan).parameters if n not in not_settings]

@@ -21,13 +21,25 @@ def summary_line(result: AuditResult) -> str:
     """The one-sentence summary written to stderr."""
     c = result.counts()
     sev = c["by_severity"]
+    ref = result.config.reference
+    extra = (
+        f", {c['overlaps']} overlaps with existing data, {c['leaks']} leaks of eval data"
+        if ref.against or ref.eval
+        else ""
+    )
+    if result.baseline_file is not None:
+        new = c["new"]
+        extra += (
+            f"; new since the baseline: {new['findings']} false negatives, {new['mislabelled_negatives']} mislabelled,"
+            f" {new['overlaps']} overlaps, {new['leaks']} leaks"
+        )
     return (
         f"contrast-audit: {plural(c['rows'], 'row')}, {plural(c['batches'], 'batch', 'batches')}, "
         f"{plural(c['candidates'], 'candidate')} compared: "
         f"{plural(c['findings'], 'false negative')} ({sev['certain']:,} certain, {sev['likely']:,} likely, "
         f"{sev['suspect']:,} suspect), fn-rate {c['fn_rate']:.4%}, "
         f"{plural(c['rows_affected'], 'row')} affected, "
-        f"{plural(c['mislabelled_negatives'], 'mislabelled hard negative')}"
+        f"{plural(c['mislabelled_negatives'], 'mislabelled hard negative')}{extra}"
         + (f"; {masked:,} masked by the manifest" if (masked := c["masked"]["findings"]) else "")
     )
 

@@ -134,3 +134,35 @@ def mislabelled_rows(result: AuditResult, top: int) -> list[dict[str, Any]]:
         }
         for i, r in enumerate(mis.iter_rows(named=True))
     ]
+
+
+OVERLAP_TITLES = {"eval": "Leaks of eval data", "existing": "Repeats of existing data"}
+
+
+def has_reference(result: AuditResult) -> bool:
+    """Whether the scan checked new rows against existing or eval data."""
+    ref = result.config.reference
+    return bool(ref.against or ref.eval)
+
+
+def top_overlaps(result: AuditResult, target: str, top: int) -> tuple[int, list[dict[str, Any]]]:
+    """How many overlaps with ``target`` ("eval" or "existing") there are, and the first ``top``
+    (new ones before baseline ones, most severe first) with both texts."""
+    table = result.overlaps_table().with_row_index("_i").filter(pl.col("target") == target)
+    shown = table.sort(["baseline", "severity", "_i"]).head(top)
+    return table.height, shown.drop("_i").to_dicts()
+
+
+def baseline_lines(result: AuditResult) -> list[str]:
+    """'N new, M in baseline' per kind, when a baseline was given."""
+    if result.baseline_file is None:
+        return []
+    c = result.counts()
+    new, old = c["new"], c["in_baseline"]
+    labels = {
+        "findings": "false negatives",
+        "mislabelled_negatives": "mislabelled hard negatives",
+        "overlaps": "overlaps with existing data",
+        "leaks": "leaks of eval data",
+    }
+    return [f"{labels[k]}: {new[k]} new, {old[k]} in baseline" for k in labels]

@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from contrast_audit.api import AuditResult
-from contrast_audit.report.common import clip, embedding_line, evidence_text, mapping_lines, top_findings
+from contrast_audit.report.common import (
+    OVERLAP_TITLES,
+    baseline_lines,
+    clip,
+    embedding_line,
+    evidence_text,
+    has_reference,
+    mapping_lines,
+    top_findings,
+    top_overlaps,
+)
 
 
 def _cell(text: str) -> str:
@@ -31,7 +41,14 @@ def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
         f"| false-negative rate | {c['fn_rate']:.4%} |",
         f"| rows affected | {c['rows_affected']} |",
         f"| mislabelled hard negatives | {c['mislabelled_negatives']} |",
+        *(
+            [f"| overlaps with existing data | {c['overlaps']} |", f"| leaks of eval data | {c['leaks']} |"]
+            if has_reference(result)
+            else []
+        ),
         "",
+        *(f"- baseline: {line}" for line in baseline_lines(result)),
+        *([""] if result.baseline_file is not None else []),
         "| evidence | findings |",
         "|---|---:|",
         *(f"| {k} | {n} |" for k, n in c["by_kind"].items()),
@@ -64,6 +81,23 @@ def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
             f"| {r['severity']} | {r['batch']} | {_cell(r['anchor_text'])} (`{r['anchor_id']}`) | "
             f"{_cell(r['candidate_text'])} (`{r['candidate_id']}` {r['candidate_role']}) | {evidence_text(r['evidence'])} |"
             for r in shown.iter_rows(named=True)
+        ]
+        out.append("")
+    for target in ("eval", "existing"):
+        total, shown = top_overlaps(result, target, top)
+        if not total:
+            continue
+        out += [
+            f"## {OVERLAP_TITLES[target]} ({len(shown)} of {total})",
+            "",
+            "| severity | new row | text | matched row | matched text | evidence |",
+            "|---|---|---|---|---|---|",
+        ]
+        out += [
+            f"| {r['severity']}{' (baseline)' if r['baseline'] else ''} | `{r['file']}:{r['line']}` {r['role']} | "
+            f"{_cell(r['text'] or '')} | `{r['target_file']}:{r['target_line']}` {r['target_role']} | "
+            f"{_cell(r['target_text'] or '')} | {evidence_text(r['evidence'])} |"
+            for r in shown
         ]
         out.append("")
     return "\n".join(out) + "\n"

@@ -14,16 +14,20 @@ from rich.table import Table
 from contrast_audit.api import AuditResult
 from contrast_audit.report.common import (
     MARGIN_LEGEND,
+    OVERLAP_TITLES,
+    baseline_lines,
     clip,
     embedding_line,
     evidence_text,
     has_margin,
+    has_reference,
     locations,
     mapping_lines,
     mislabelled_rows,
     plan_line,
     plural,
     top_findings,
+    top_overlaps,
 )
 
 SEVERITY_STYLE = {"certain": "bold red", "likely": "yellow", "suspect": "cyan"}
@@ -75,9 +79,16 @@ def render(result: AuditResult, *, top: int = 20, color: bool = False, width: in
         ("false-negative rate", f"{c['fn_rate']:.4%}"),
         ("rows affected", c["rows_affected"]),
         ("mislabelled hard negatives", c["mislabelled_negatives"]),
+        *(
+            (("overlaps with existing data", c["overlaps"]), ("leaks of eval data", c["leaks"]))
+            if has_reference(result)
+            else ()
+        ),
     ):
         summary.add_row(label, str(value))
     console.print(summary)
+    for line in baseline_lines(result):
+        console.print(f"  baseline {line}", markup=False)
 
     kinds = Table(title="Findings by evidence", title_justify="left")
     kinds.add_column("kind")
@@ -146,7 +157,7 @@ def render(result: AuditResult, *, top: int = 20, color: bool = False, width: in
         for name in ("severity", "row", "anchor", "positive", "hard negative", "evidence"):
             table.add_column(name, overflow="fold")
         rows = mislabelled_rows(result, top)
-        at = locations(result, result.mislabelled.head(top).get_column("anchor_row").to_numpy())
+        at = locations(result, result.active_mislabelled.head(top).get_column("anchor_row").to_numpy())
         for r, where in zip(rows, at, strict=True):
             table.add_row(
                 f"[{SEVERITY_STYLE[r['severity']]}]{r['severity']}[/]",
@@ -160,4 +171,24 @@ def render(result: AuditResult, *, top: int = 20, color: bool = False, width: in
         margins = margins or has_margin([r["evidence"] for r in rows])
     if margins:
         console.print(MARGIN_LEGEND, markup=False, style="dim")
+    for target in ("eval", "existing"):
+        total, shown = top_overlaps(result, target, top)
+        if not total:
+            continue
+        table = Table(title=f"{OVERLAP_TITLES[target]} ({len(shown)} of {total})", title_justify="left")
+        for name in ("severity", "new row", "text", "matched row", "matched text", "evidence"):
+            table.add_column(name, overflow="fold")
+        for r in shown:
+            sev = r["severity"]
+            mark = " [dim](baseline)[/dim]" if r["baseline"] else ""
+            table.add_row(
+                f"[{SEVERITY_STYLE[sev]}]{sev}[/]{mark}",
+                escape(f"{r['file']}:{r['line']}") + f"\n[dim]{escape(str(r['row_id']))} {escape(r['role'])}[/dim]",
+                escape(clip(r["text"] or "", 50)),
+                escape(f"{r['target_file']}:{r['target_line']}")
+                + f"\n[dim]{escape(str(r['target_id']))} {escape(r['target_role'])}[/dim]",
+                escape(clip(r["target_text"] or "", 50)),
+                evidence_text(r["evidence"]),
+            )
+        console.print(table)
     return buffer.getvalue()
