@@ -100,10 +100,10 @@ def _properties(r: dict[str, Any]) -> dict[str, Any]:
 
 def sarif_log(result: AuditResult, *, baseline: bool | None = None, root: Path | None = None) -> dict[str, Any]:
     """The SARIF log as a dict. ``baseline``: whether a baseline report was given (default: whether
-    any result is marked as in the baseline)."""
+    the scan read one, or any result is marked as in the baseline)."""
     table = located(result)
     if baseline is None:
-        baseline = bool(table.height) and bool(table.get_column("baseline").any())
+        baseline = result.baseline_file is not None or (bool(table.height) and bool(table.get_column("baseline").any()))
     results = []
     for r in table.iter_rows(named=True):
         rule = RULE_BY_ID[r["rule"]]
