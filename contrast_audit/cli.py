@@ -286,7 +286,7 @@ OutputOpt = Annotated[
     str | None,
     _opt(
         "Write the report here (atomically; checked before the scan) instead of stdout; without --format the "
-        "extension picks the format (.json, .md, .html, .txt).",
+        "extension picks the format (.json, .md, .html, .sarif, .txt).",
         "Output",
     ),
 ]
