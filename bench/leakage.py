@@ -243,12 +243,13 @@ def score(case: dict, report: dict, work: Path) -> list[dict]:
     return out
 
 
-def render(rows: list[dict], command: str, seconds: float, case: dict, seed: int) -> str:
+def render(rows: list[dict], command: str, seconds: float, case: dict, seed: int, info: dict) -> str:
     lines = [
         "# Leakage case: results",
         "",
-        f"Command: `{command}` (seed {seed}); the scan took {seconds:.0f} s, model and index cold, "
-        "on 2 CPU cores, 24 GiB, no GPU.",
+        f"Command: `{command}` (seed {seed}); the scan took {seconds:.0f} s on 2 shared CPU cores, 24 GiB, no GPU "
+        f"(reference embeddings: {info.get('embeddings_computed')} computed, {info.get('embeddings_indexed')} from "
+        "the index).",
         "",
         f"{len(case['new'])} new rows, {len(case['existing'])} existing rows, {len(case['eval'])} eval texts. "
         + ", ".join(f"{k}: {v}" for k, v in SIZES.items())
@@ -314,7 +315,7 @@ def main(argv: list[str] | None = None) -> None:
     command = f".venv/bin/python -m bench.leakage --data {args.data} --work {work}" + (
         f" --scan-args={shlex.quote(args.scan_args)}" if args.scan_args else ""
     )
-    text = render(rows, command, seconds, case, args.seed)
+    text = render(rows, command, seconds, case, args.seed, report.get("reference") or {})
     write_atomic(args.out, text)
     print(text)
 
