@@ -13,7 +13,8 @@ embedding cache for the new rows' in-batch audit, which is part of the time.
 ``--seed-embeddings`` writes random unit vectors for every existing text into the index first, in
 the index's own format, so the run measures the warm embedding path (reading the vectors and the
 exact neighbour search) at a size whose real embedding would take hours on a CPU; only the warm run
-is timed then. Prints a markdown table.
+is timed then. Prints a markdown table with wall time and the scan's CPU time (user + system, which other load on
+the machine barely changes).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def seed_embeddings(directory: Path, index: Path, dim: int = 384) -> None:
     EmbeddingCache(index, encoder.fingerprint, encoder.prompt).store(keys, vectors)
 
 
-def run_scan(directory: Path, index: Path, scan_args: list[str]) -> tuple[float, dict]:
+def run_scan(directory: Path, index: Path, scan_args: list[str]) -> tuple[float, float, dict]:
     cache = tempfile.mkdtemp(prefix="cache-", dir=directory)
     cmd = [
         sys.executable,
@@ -100,13 +101,16 @@ def run_scan(directory: Path, index: Path, scan_args: list[str]) -> tuple[float,
         "--quiet",
         *scan_args,
     ]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(cmd, env={**os.environ, "CONTRAST_AUDIT_CACHE_DIR": cache}, check=False)
     seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if done.returncode not in (0, 1):
         raise SystemExit(f"scan failed with exit code {done.returncode}")
     report = json.loads((directory / "report.json").read_text(encoding="utf-8"))
-    return seconds, report
+    return seconds, cpu, report
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -134,14 +138,14 @@ def main(argv: list[str] | None = None) -> None:
                 seed_embeddings(directory, index)
                 runs = ["warm (seeded)"]
             for run in runs:
-                seconds, report = run_scan(directory, index, scan_args)
+                seconds, cpu, report = run_scan(directory, index, scan_args)
                 info = report["reference"]
                 lexical = "--no-embeddings" in scan_args
                 computed = info["minhash_computed"] if lexical else info["embeddings_computed"]
                 indexed = info["minhash_indexed"] if lexical else info["embeddings_indexed"]
                 peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
                 print(
-                    f"| {n:,} | {args.new:,} | {run} | {seconds:.1f} | {computed:,} | {indexed:,} | "
+                    f"| {n:,} | {args.new:,} | {run} | {seconds:.1f} | {cpu:.1f} | {computed:,} | {indexed:,} | "
                     f"{report['counts']['overlaps']} | {peak:.1f} |",
                     flush=True,
                 )
