@@ -4,7 +4,7 @@ returns an ``AuditResult`` that the formatters and the gate read."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -12,7 +12,7 @@ import polars as pl
 
 from contrast_audit import __version__
 from contrast_audit.baseline import Baseline, read_baseline
-from contrast_audit.config import AuditConfig
+from contrast_audit.config import AuditConfig, PlanConfig
 from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, Corpus, build_corpus, role_name
 from contrast_audit.evidence import REGISTRY, SEVERITIES, Detector, default_detectors
 from contrast_audit.io import LoadResult, load_rows
@@ -26,6 +26,8 @@ from contrast_audit.overlap import (
     with_existing_rows,
 )
 from contrast_audit.plan import Plan, make_plan, read_plan_file
+from contrast_audit.plan.manifest import check_fingerprint, read_manifest
+from contrast_audit.plan.masking import is_manifest_file, manifest_plan, mark_masked
 
 SCHEMA_VERSION = "1"
 
@@ -46,24 +48,50 @@ class AuditResult:
     overlap_texts: pl.DataFrame | None = None  # text, target_text and their hashes, row for row
     overlap_info: dict[str, Any] = field(default_factory=dict)
     baseline_file: str | None = None
+    # What did not stop the audit but changes what it means (printed on stderr, shown in reports).
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def findings(self) -> pl.DataFrame:
+        """Every in-batch finding, those a manifest masks (``masked``) or a baseline holds (``baseline``) too."""
         return self.judgement.findings
 
     @property
     def mislabelled(self) -> pl.DataFrame:
         return self.judgement.mislabelled
 
+    @property
+    def unmasked_findings(self) -> pl.DataFrame:
+        return self.findings.filter(~pl.col("masked"))
+
+    @property
+    def unmasked_mislabelled(self) -> pl.DataFrame:
+        return self.mislabelled.filter(~pl.col("masked"))
+
+    @property
+    def active_findings(self) -> pl.DataFrame:
+        """The findings the gate sees: neither masked by a manifest nor in the baseline."""
+        return self.findings.filter(~pl.col("masked") & ~pl.col("baseline"))
+
+    @property
+    def active_mislabelled(self) -> pl.DataFrame:
+        return self.mislabelled.filter(~pl.col("masked") & ~pl.col("baseline"))
+
     def counts(self) -> dict[str, Any]:
-        """Headline numbers. ``new`` and ``in_baseline`` split findings, overlaps, leaks and
-        mislabelled negatives by the ``--baseline`` report; the gate counts only ``new`` ones."""
-        out = self._counts(self.findings)
+        """Headline numbers. Findings a manifest masks are counted apart (``masked``); ``new`` and
+        ``in_baseline`` split the rest, overlaps and leaks by the ``--baseline`` report; the gate counts
+        only ``new`` ones."""
+        f, mis = self.unmasked_findings, self.unmasked_mislabelled
+        out = self._counts(f, mis)
+        out["masked"] = {
+            "findings": int(self.findings.get_column("masked").sum()),
+            "mislabelled_negatives": int(self.mislabelled.get_column("masked").sum()),
+        }
         o = self.overlaps
         is_eval = o.get_column("target") == "eval"
-        base_f = self.findings.get_column("baseline")
+        base_f = f.get_column("baseline")
         base_o = o.get_column("baseline")
-        base_m = self.mislabelled.get_column("baseline")
+        base_m = mis.get_column("baseline")
         out["overlaps"] = int((~is_eval).sum())
         out["leaks"] = int(is_eval.sum())
         out["new"] = {
@@ -117,7 +145,7 @@ class AuditResult:
             pl.Series("candidates", self.judgement.candidates_per_row),
             pl.int_range(pl.len(), dtype=pl.Int64).alias("row"),
         )
-        f = self.findings.join(per_row.select("row", "value"), left_on="anchor_row", right_on="row")
+        f = self.active_findings.join(per_row.select("row", "value"), left_on="anchor_row", right_on="row")
         found = f.group_by("value").agg(
             pl.len().alias("findings"),
             pl.col("anchor_row").n_unique().alias("rows_affected"),
@@ -143,7 +171,7 @@ class AuditResult:
     def metrics(self) -> dict[str, float]:
         """Gate metrics: findings, certain, likely, suspect, fn-rate, rows-affected, mislabelled,
         one per evidence kind, overlaps and leaks; only what is not in the baseline counts."""
-        c = self._counts(self.findings.filter(~pl.col("baseline")), self.mislabelled.filter(~pl.col("baseline")))
+        c = self._counts(self.active_findings, self.active_mislabelled)
         new = self.counts()["new"]
         out: dict[str, float] = {
             "findings": c["findings"],
@@ -239,6 +267,7 @@ class AuditResult:
             "candidate_role",
             pl.col("severity").cast(pl.String),
             "evidence",
+            "masked",
             "baseline",
             "anchor_text_hash",
             "candidate_text_hash",
@@ -248,6 +277,7 @@ class AuditResult:
             "negative",
             pl.col("severity").cast(pl.String),
             "evidence",
+            "masked",
             "baseline",
             "anchor_text_hash",
             "negative_text_hash",
@@ -298,7 +328,50 @@ class AuditResult:
             "baseline": None
             if self.baseline_file is None
             else {"file": self.baseline_file, "matched": c["in_baseline"], "new": c["new"]},
+            "warnings": list(self.warnings),
         }
+
+
+@dataclass
+class Prepared:
+    """Loaded rows, their corpus and the detectors prepared on it: the stages before a plan."""
+
+    config: AuditConfig
+    loaded: LoadResult
+    corpus: Corpus
+    detectors: list[Detector]
+
+
+def prepare(
+    paths: Sequence[str],
+    config: AuditConfig | None = None,
+    *,
+    detectors: Sequence[Detector] | None = None,
+    progress: Progress | None = None,
+    before_evidence: Callable[[LoadResult], None] | None = None,
+    extend_rows: Callable[[LoadResult], LoadResult] | None = None,
+) -> Prepared:
+    """Load, normalise and prepare the evidence (embedding texts when the detectors need it).
+    ``extend_rows`` may add rows before the corpus is built (``--with-existing``); ``before_evidence`` runs on
+    the loaded rows, so a bad plan or manifest fails before any embedding."""
+    cfg = config or AuditConfig()
+    loaded = load_rows(list(paths), cfg.mapping, cfg.on_bad_row, cfg.normalise)
+    if extend_rows is not None:
+        loaded = extend_rows(loaded)
+    corpus = build_corpus(loaded.rows, cfg.normalise)
+    if before_evidence is not None:
+        before_evidence(loaded)
+    active = list(detectors) if detectors is not None else default_detectors(cfg, progress)
+    for detector in active:
+        detector.prepare(corpus)
+    return Prepared(cfg, loaded, corpus, active)
+
+
+def judge_plan(prepared: Prepared, plan: Plan, world_size: int, progress: Progress | None = None) -> Judgement:
+    """Judge every global batch of ``plan``."""
+    batches = plan.global_batches(world_size)
+    tick = progress("Comparing batches", len(batches)) if progress else None
+    return judge(prepared.corpus, batches, prepared.detectors, prepared.config.loss.directions, tick)
 
 
 def audit(
@@ -309,30 +382,48 @@ def audit(
     progress: Progress | None = None,
     config_file: str | None = None,
 ) -> AuditResult:
-    """Audit pair files for in-batch false negatives under ``config``'s batch plan and loss."""
+    """Audit pair files for in-batch false negatives under ``config``'s batch plan and loss.
+
+    A plan file that is a manifest (``contrast-audit manifest``) is checked against the data's fingerprint,
+    planned with its own world size, and the findings it masks or marks as positives are flagged ``masked``.
+    With ``reference.against``/``reference.eval`` new rows are checked against existing and eval data.
+    """
     cfg = config or AuditConfig()
     ref = cfg.reference
     baseline = read_baseline(cfg.baseline, SCHEMA_VERSION) if cfg.baseline else None  # fail early
-    loaded = load_rows(list(paths), cfg.mapping, cfg.on_bad_row)
     existing = load_existing(ref.against, ref.against_columns or cfg.mapping, cfg.on_bad_row) if ref.against else None
-    if existing is not None and ref.with_existing:
-        loaded = with_existing_rows(loaded, existing[0])
+    manifest = None
+    plan: Plan | None = None
+
+    def extend(loaded: LoadResult) -> LoadResult:
+        return with_existing_rows(loaded, existing[0]) if existing is not None and ref.with_existing else loaded
+
+    def read_plan(loaded: LoadResult) -> None:
+        nonlocal manifest, plan, cfg
+        ids = loaded.rows.get_column("id")
+        if cfg.plan.plan_file and is_manifest_file(cfg.plan.plan_file):
+            manifest = read_manifest(cfg.plan.plan_file)
+            check_fingerprint(manifest, loaded.rows, ", ".join(loaded.files))
+            plan = manifest_plan(manifest, ids)
+            cfg = replace(cfg, plan=replace(cfg.plan, world_size=manifest.world_size))
+        elif cfg.plan.plan_file:
+            plan = read_plan_file(cfg.plan.plan_file, ids)
+
+    prepared = prepare(
+        paths, cfg, detectors=detectors, progress=progress, before_evidence=read_plan, extend_rows=extend
+    )
+    prepared.config = cfg
+    loaded, corpus, active = prepared.loaded, prepared.corpus, prepared.detectors
     is_new = (
         loaded.rows.get_column("is_new").to_numpy()
         if "is_new" in loaded.rows.columns
         else np.ones(loaded.rows.height, bool)
     )
-    corpus = build_corpus(loaded.rows, cfg.normalise)
-    if cfg.plan.plan_file:
-        plan = read_plan_file(cfg.plan.plan_file, corpus.rows.get_column("id"))
-    else:
+    if plan is None:
         plan = make_plan(cfg.plan, corpus.n_rows, corpus.raw)
-    active = list(detectors) if detectors is not None else default_detectors(cfg, progress)
-    for detector in active:
-        detector.prepare(corpus)
-    batches = plan.global_batches(cfg.plan.world_size)
-    tick = progress("Comparing batches", len(batches)) if progress else None
-    judgement = judge(corpus, batches, active, cfg.loss.directions, tick)
+    judgement = judge_plan(prepared, plan, cfg.plan.world_size, progress)
+    if manifest is not None:
+        judgement = mark_masked(judgement, manifest, corpus.rows.get_column("id"), plan, cfg.plan.world_size)
     if not is_new.all():  # --with-existing: report what involves a new row
         keep = pl.Series(is_new)
         judgement.findings = judgement.findings.filter(
@@ -342,7 +433,9 @@ def audit(
         judgement.mislabelled = judgement.mislabelled.filter(
             keep.gather(judgement.mislabelled.get_column("anchor_row"))
         )
-    result = AuditResult(cfg, loaded, corpus, plan, len(batches), judgement, config_file, active)
+    n_sets = len(plan.global_batches(cfg.plan.world_size))
+    result = AuditResult(cfg, loaded, corpus, plan, n_sets, judgement, config_file, active)
+    result.warnings = [*loaded.warnings, *plan_warnings(cfg, corpus.n_rows, plan, n_sets, judgement.candidates)]
     if ref.against or ref.eval:
         targets = []
         if existing is not None:
@@ -365,6 +458,31 @@ def mark_baseline(result: AuditResult, baseline: Baseline) -> None:
     j.findings = j.findings.with_columns(baseline.mark(result.hashed_findings(), "findings"))
     j.mislabelled = j.mislabelled.with_columns(baseline.mark(result.hashed_mislabelled(), "mislabelled_negatives"))
     result.overlaps = result.overlaps.with_columns(baseline.mark(result.overlaps_table(), "overlaps"))
+
+
+def plan_warnings(cfg: AuditConfig, n_rows: int, plan: Plan, n_sets: int, candidates: int) -> list[str]:
+    """Silent no-ops made visible: settings a plan file overrides, rows in no batch, nothing compared."""
+    out: list[str] = []
+    p, default = cfg.plan, PlanConfig()
+    if p.plan_file:
+        ignored = [
+            f"{name.replace('_', '-')} {getattr(p, name)}"
+            for name in ("batch_size", "seed", "epochs", "drop_last", "sampler")
+            if getattr(p, name) != getattr(default, name)
+        ]
+        if ignored:
+            out.append(f"{', '.join(ignored)} ignored: the plan file {p.plan_file} fixes the batches")
+    covered = int(np.unique(plan.rows).size)
+    if covered < n_rows:
+        why = (
+            "--drop-last drops the last incomplete batch" if p.drop_last and not p.plan_file else "the plan omits them"
+        )
+        out.append(f"{n_rows - covered} of {n_rows} rows are in no batch and were not checked ({why})")
+    if n_sets == 0:
+        out.append("no comparison sets: no batch was formed, so nothing was compared")
+    elif candidates == 0:
+        out.append("no candidate was compared: every comparison set holds a single row")
+    return out
 
 
 OVERLAP_SCHEMA = {
@@ -394,4 +512,14 @@ def _role_names(codes: pl.Series) -> pl.Series:
     return codes.replace_strict(names, return_dtype=pl.String) if names else codes.cast(pl.String)
 
 
-__all__ = ["OVERLAP_SCHEMA", "SCHEMA_VERSION", "AuditResult", "audit", "empty_overlaps"]
+__all__ = [
+    "OVERLAP_SCHEMA",
+    "SCHEMA_VERSION",
+    "AuditResult",
+    "Prepared",
+    "audit",
+    "empty_overlaps",
+    "judge_plan",
+    "plan_warnings",
+    "prepare",
+]

@@ -8,7 +8,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -20,6 +20,7 @@ from rich.text import Text
 
 from contrast_audit import __version__
 from contrast_audit.errors import EXIT_GATE_FAILED, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, AuditError
+from contrast_audit.gate import GRAMMAR as GATE_GRAMMAR
 
 app = typer.Typer(
     name="contrast-audit",
@@ -29,7 +30,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-ISSUES_URL = "https://github.com/contrast-audit/contrast-audit/issues"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -38,11 +38,23 @@ class Format(str, Enum):
     json = "json"
     markdown = "markdown"
     html = "html"
+    sarif = "sarif"
+
+
+class Annotations(str, Enum):
+    auto = "auto"
+    github = "github"
+    none = "none"
 
 
 class Sampler(str, Enum):
     random = "random"
     no_duplicates = "no-duplicates"
+
+
+class NegativesFormat(str, Enum):
+    text = "text"
+    json = "json"
 
 
 class OnBadRow(str, Enum):
@@ -73,8 +85,9 @@ def handle_errors(func: F) -> F:
             console.print(
                 Text.assemble(
                     ("internal error:", "bold red"),
-                    f" {type(exc).__name__}: {exc} — this is a bug in contrast-audit {__version__}; "
-                    f"please report it with the command you ran at {ISSUES_URL}",
+                    f" {type(exc).__name__}: {exc} — this is a bug in contrast-audit {__version__}. "
+                    "When you report it to the maintainers, include the version, the command you ran and "
+                    "the output of the same command with CONTRAST_AUDIT_DEBUG=1 set (it adds the traceback).",
                 )
             )
             if os.environ.get("CONTRAST_AUDIT_DEBUG"):
@@ -269,7 +282,14 @@ ConfigFile = Annotated[
     _opt("Settings file (default: ./contrast-audit.toml or \\[tool.contrast-audit] in ./pyproject.toml).", "Input"),
 ]
 FormatOpt = Annotated[Format | None, _opt("Report format.  \\[default: text]", "Output", "--format")]
-OutputOpt = Annotated[Path | None, _opt("Write the report here (atomically) instead of stdout.", "Output")]
+OutputOpt = Annotated[
+    str | None,
+    _opt(
+        "Write the report here (atomically; checked before the scan) instead of stdout; without --format the "
+        "extension picks the format (.json, .md, .html, .txt).",
+        "Output",
+    ),
+]
 Quiet = Annotated[bool, _opt("No progress bars and no summary line on stderr.", "Output", "--quiet", "-q")]
 
 Against = Annotated[
@@ -418,14 +438,67 @@ def audit_options(*, exclude: tuple[str, ...] = ()) -> Callable[[F], F]:
     return decorate
 
 
-def _emit(rendered: str, output: Path | None) -> None:
-    from contrast_audit.io import write_atomic
+# Report formats implied by an --output extension.
+EXTENSION_FORMATS = {
+    ".json": "json",
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".html": "html",
+    ".htm": "html",
+    ".txt": "text",
+    ".sarif": "sarif",
+}
 
-    if output is not None:
-        write_atomic(output, rendered)
+
+def output_format_for(output: str | None, explicit: str | None, allowed: tuple[str, ...]) -> str:
+    """The format: ``--format`` (or the settings file), else the output's extension, else text. A
+    format that contradicts a known extension is refused (a .json file holding text would mislead)."""
+    from contrast_audit.errors import ConfigError
+
+    implied = EXTENSION_FORMATS.get(Path(output).suffix.lower()) if output else None
+    if explicit is not None:
+        if explicit not in allowed:
+            raise ConfigError(f"format must be one of {', '.join(allowed)}, got {explicit!r}")
+        if implied is not None and implied != explicit:
+            raise ConfigError(
+                f"--format {explicit} contradicts --output {output} (a {implied} file name)",
+                fix=f"drop --format, or name the file for {explicit}",
+            )
+        return explicit
+    if implied is not None and implied not in allowed:
+        raise ConfigError(
+            f"--output {output}: this command writes {' or '.join(allowed)}, not {implied}",
+            fix="choose another file name or pass --format",
+        )
+    return implied or "text"
+
+
+def open_output(
+    output: str | None, data: list[str], settings: dict[str, Any], origin: str | None, option: str = "--output"
+):
+    """The checked ``--output`` (see ``io.atomic.OutputTarget``), before any work; None for stdout."""
+    from contrast_audit.io.atomic import OutputTarget
+    from contrast_audit.io.load import expand_paths
+
+    if output is None:
+        return nullcontext(None)
+    inputs = [str(p) for p in expand_paths(data)]
+    inputs += [str(v) for v in (settings.get("plan"), origin) if v]
+    return OutputTarget(output, inputs=inputs, option=option)
+
+
+def _emit(rendered: str, target: Any) -> None:
+    if target is not None:
+        target.write(rendered)
     else:
         sys.stdout.write(rendered)
         sys.stdout.flush()
+
+
+def _warn(warnings: list[str]) -> None:
+    err = _stderr()
+    for line in warnings:
+        err.print(Text.assemble(("warning:", "bold yellow"), " ", line))
 
 
 @app.command()
@@ -440,9 +513,29 @@ def scan(
     fail_on: Annotated[
         list[str] | None,
         _opt(
-            "Gate: exit 1 when METRIC OP NUMBER holds, e.g. findings>0, fn-rate>0.001, likely>10; repeatable.", "Gate"
+            "Gate: exit 1 when a condition holds, e.g. findings>0, fn-rate>0.001, likely>10. Grammar: "
+            + GATE_GRAMMAR
+            + ". Metrics: findings, certain, likely, suspect, fn-rate, rows-affected, mislabelled, and one per evidence kind.",
+            "Gate",
         ),
     ] = None,
+    report: Annotated[
+        list[str] | None,
+        _opt(
+            "Also write the report in another format, FORMAT=PATH (e.g. sarif=reports/scan.sarif); repeatable, so one scan feeds every CI output.",
+            "Output",
+        ),
+    ] = None,
+    annotations: Annotated[
+        Annotations,
+        _opt(
+            "GitHub workflow-command annotations on the offending rows, on stderr: auto (when GITHUB_ACTIONS=true), github or none.",
+            "CI",
+        ),
+    ] = Annotations.auto,
+    max_annotations: Annotated[
+        int, _opt("At most N annotations, then a notice of how many more (0: only the notice).", "CI")
+    ] = 50,
     quiet: Quiet = False,
     against: Against = None,
     eval_data: EvalData = None,
@@ -461,7 +554,7 @@ def scan(
 
     settings, origin = options.settings(
         format=output_format,
-        fail_on=fail_on or None,
+        fail_on=fail_on,
         against=against or None,
         eval=eval_data or None,
         eval_text=eval_text,
@@ -471,19 +564,27 @@ def scan(
         baseline=baseline,
     )
     cfg = build_config(settings)
-    fmt = settings.get("format", "text")
-    if fmt not in FORMATTERS:
-        raise ConfigError(f"format must be one of {', '.join(FORMATTERS)}, got {fmt!r}")
+    fmt = output_format_for(output, settings.get("format"), tuple(FORMATTERS))
     expressions = settings.get("fail_on") or []
     expressions = [expressions] if isinstance(expressions, str) else list(expressions)
 
     conditions = parse(expressions, sorted(AuditResult.METRICS))  # before the scan: typos cost nothing
+    if max_annotations < 0:
+        raise ConfigError(f"--max-annotations must be >= 0, got {max_annotations}")
+    extra = [_report_target(value, tuple(FORMATTERS)) for value in report or []]
 
-    with progress_bars(not quiet and sys.stderr.isatty()) as progress:
-        result = audit(data, cfg, progress=progress, config_file=origin)
-
-    color = fmt == "text" and output is None and sys.stdout.isatty()
-    _emit(FORMATTERS[fmt](result, top=top, color=color), output)
+    with ExitStack() as stack:
+        target = stack.enter_context(open_output(output, data, settings, origin))
+        extra_targets = [
+            (name, stack.enter_context(open_output(path, data, settings, origin, "--report"))) for name, path in extra
+        ]
+        with progress_bars(not quiet and sys.stderr.isatty()) as progress:
+            result = audit(data, cfg, progress=progress, config_file=origin)
+        _warn(result.warnings)
+        color = fmt == "text" and output is None and sys.stdout.isatty()
+        _emit(FORMATTERS[fmt](result, top=top, color=color), target)
+        for name, extra_target in extra_targets:
+            _emit(FORMATTERS[name](result, top=top, color=False), extra_target)
 
     gate = evaluate(conditions, result.metrics())
     if not quiet:
@@ -492,7 +593,35 @@ def scan(
         for cond, value in gate.checked:
             verdict = "FAILED" if (cond, value) in gate.failed else "passed"
             err.print(f"gate {cond}: {verdict} (value {value:g})", markup=False)
+    _github_outputs(result, gate, annotations.value, max_annotations)
     raise typer.Exit(EXIT_GATE_FAILED if not gate.passed else EXIT_OK)
+
+
+def _report_target(value: str, formats: tuple[str, ...]) -> tuple[str, str]:
+    """``FORMAT=PATH`` of ``--report``, checked before the scan (a format contradicting the file's
+    extension is refused, as for ``--output``)."""
+    from contrast_audit.errors import ConfigError
+
+    name, sep, path = value.partition("=")
+    if not sep or not path.strip() or name not in formats:
+        raise ConfigError(
+            f"--report '{value}' is not FORMAT=PATH with FORMAT one of {', '.join(formats)}",
+            fix="write for example --report sarif=reports/scan.sarif",
+        )
+    return output_format_for(path, name, formats), path
+
+
+def _github_outputs(result: Any, gate: Any, mode: str, max_annotations: int) -> None:
+    """Annotations on stderr (stdout may hold the report) and the step summary, under GitHub Actions."""
+    from contrast_audit.report import github
+
+    if github.annotations_enabled(mode):
+        lines = github.annotations(result, max_annotations=max_annotations)
+        sys.stderr.write("".join(line + "\n" for line in lines))
+        sys.stderr.flush()
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        github.append_step_summary(summary, github.step_summary(result, gate))
 
 
 @app.command()
@@ -502,9 +631,16 @@ def negatives(
     data: Data,
     options: AuditOptions,
     output_format: Annotated[
-        Format | None, _opt("Output format: text or json.  \\[default: text]", "Output", "--format")
+        NegativesFormat | None, _opt("Output format.  \\[default: text]", "Output", "--format")
     ] = None,
-    output: OutputOpt = None,
+    output: Annotated[
+        str | None,
+        _opt(
+            "Write the list here (atomically; checked before the scan) instead of stdout; without --format a .json "
+            "name writes JSON.",
+            "Output",
+        ),
+    ] = None,
     top: Annotated[int, _opt("How many alleged negatives (or anchors, with --per-anchor) to list.", "Output")] = 20,
     per_anchor: Annotated[
         int,
@@ -526,18 +662,19 @@ def negatives(
     settings, origin = options.settings()
     settings["embeddings"] = True
     cfg = build_config(settings)
-    fmt = output_format.value if output_format else "text"
-    if fmt not in ("text", "json"):
-        raise ConfigError(f"negatives --format must be text or json, got {fmt!r}")
+    fmt = output_format_for(output, output_format.value if output_format else None, ("text", "json"))
     if top < 1 or per_anchor < 0:
         raise ConfigError("--top must be >= 1 and --per-anchor >= 0")
-    with progress_bars(not quiet and sys.stderr.isatty()) as progress:
-        result = audit(data, cfg, progress=progress, config_file=origin)
-        table = alleged_negatives(result, top=top, per_anchor=per_anchor, sources=only_source, cohorts=only_cohort)
-    if fmt == "json":
-        _emit(render_json(result, table, top=top, per_anchor=per_anchor), output)
-    else:
-        _emit(render_text(result, table, per_anchor=per_anchor, color=output is None and sys.stdout.isatty()), output)
+    with open_output(output, data, settings, origin) as target:
+        with progress_bars(not quiet and sys.stderr.isatty()) as progress:
+            result = audit(data, cfg, progress=progress, config_file=origin)
+            table = alleged_negatives(result, top=top, per_anchor=per_anchor, sources=only_source, cohorts=only_cohort)
+        _warn(result.warnings)
+        if fmt == "json":
+            _emit(render_json(result, table, top=top, per_anchor=per_anchor), target)
+        else:
+            color = output is None and sys.stdout.isatty()
+            _emit(render_text(result, table, per_anchor=per_anchor, color=color), target)
     if not quiet:
         _stderr().print(
             f"contrast-audit: {table.height} alleged negatives listed from {result.judgement.candidates} candidates",
@@ -546,6 +683,88 @@ def negatives(
     raise typer.Exit(EXIT_OK)
 
 
+class Strategy(str, Enum):
+    mask = "mask"
+    group = "group"
+    multi_positive = "multi-positive"
+
+
+class Severity(str, Enum):
+    certain = "certain"
+    likely = "likely"
+    suspect = "suspect"
+
+
+@app.command()
+@handle_errors
+@audit_options()
+def manifest(
+    data: Data,
+    options: AuditOptions,
+    out: Annotated[str, _opt("Write the manifest here (JSON Lines, atomically).", "Output", "--out")],
+    strategy: Annotated[
+        Strategy | None,
+        _opt(
+            "mask: your plan, findings masked; group: related rows re-planned into different batches, the rest masked; multi-positive: related rows batched together as each other's positives.  \\[default: mask]",
+            "Manifest",
+        ),
+    ] = None,
+    mask_severity: Annotated[
+        Severity | None,
+        _opt("Act on findings of this severity and above.  \\[default: likely]", "Manifest"),
+    ] = None,
+    quiet: Quiet = False,
+) -> None:
+    """Write a batch manifest that masks, separates or groups the false negatives, for the bundled trainer or your own."""
+    from contrast_audit.config import build_config
+    from contrast_audit.manifest import build_manifest
+
+    settings, origin = options.settings(strategy=strategy, mask_severity=mask_severity)
+    cfg = build_config(settings)
+    with (
+        open_output(out, data, settings, origin, "--out") as target,
+        progress_bars(not quiet and sys.stderr.isatty()) as progress,
+    ):
+        result = build_manifest(
+            data,
+            cfg,
+            strategy=settings.get("strategy", "mask"),
+            mask_severity=settings.get("mask_severity", "likely"),
+            progress=progress,
+            config_file=origin,
+        )
+        target.write(result.render())
+    if not quiet:
+        c = result.counts
+        _stderr().print(
+            f"contrast-audit: {result.manifest.strategy} manifest for {c['rows_planned']} rows in {c['batches']} "
+            f"batches written to {out}: {c['masked_pairs']} masked pairs, {c['positive_pairs']} positive pairs, "
+            f"{c['conflicts_left']} related pairs left sharing a batch (masked)",
+            markup=False,
+        )
+    raise typer.Exit(EXIT_OK)
+
+
+@app.command()
+@handle_errors
+def init(
+    output: Annotated[
+        Path, _opt("Where to write the settings file (a directory gets contrast-audit.toml).", "Output")
+    ] = Path("contrast-audit.toml"),
+    force: Annotated[bool, _opt("Overwrite an existing file.", "Output", "--force")] = False,
+) -> None:
+    """Write a commented starter contrast-audit.toml: every setting with its default and meaning."""
+    from contrast_audit.starter import write
+
+    target = write(output, force=force)
+    _stderr().print(f"contrast-audit: wrote {target}; uncomment the settings you want to change", markup=False)
+    raise typer.Exit(EXIT_OK)
+
+
 def main() -> None:
     """Console-script entry point."""
     app()
+
+
+if __name__ == "__main__":
+    main()

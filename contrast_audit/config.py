@@ -6,6 +6,7 @@ effective configuration is echoed in every report (``AuditConfig.to_dict``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -268,6 +269,8 @@ _FILE_KEYS: dict[str, tuple[str | None, str]] = {
     "on_bad_row": (None, "on_bad_row"),
     "fail_on": (None, "fail_on"),
     "format": (None, "format"),
+    "strategy": (None, "strategy"),
+    "mask_severity": (None, "mask_severity"),
     "number_guard": ("policy", "number_guard_words"),
     "alignment": ("policy", "alignment_threshold"),
     "alignment_words": ("policy", "alignment_words"),
@@ -304,6 +307,134 @@ _FILE_KEYS: dict[str, tuple[str | None, str]] = {
 }
 # Keys of the ``[tool.contrast-audit.against]`` / ``[tool.contrast-audit.eval]`` tables.
 _REFERENCE_TABLE_KEYS = ("paths", "anchor", "positive", "negatives", "negative", "id", "text")
+
+
+# Type and range of each setting, checked for the settings file and for flags alike:
+# (kind, low, high, high is exclusive). Kinds: int, float, bool, str, strs (a string or a list of them).
+_BIG = 2**31 - 1
+SETTING_RULES: dict[str, tuple[str, float | None, float | None, bool]] = {
+    **dict.fromkeys(
+        (
+            "anchor",
+            "positive",
+            "id",
+            "source",
+            "cohort",
+            "group",
+            "unicode_form",
+            "strip_chars",
+            "sampler",
+            "plan",
+            "on_bad_row",
+            "format",
+            "strategy",
+            "mask_severity",
+            "shingle",
+            "model",
+            "device",
+            "query_prompt",
+            "doc_prompt",
+            "cache_dir",
+        ),
+        ("str", None, None, False),
+    ),
+    **dict.fromkeys(("negative", "negatives", "directions", "fail_on", "against", "eval"), ("strs", None, None, False)),
+    **dict.fromkeys(("eval_text", "index", "baseline"), ("str", None, None, False)),
+    # against_columns / eval_columns come from the [against] / [eval] tables, checked key by key where read
+    **dict.fromkeys(("against_columns", "eval_columns"), ("table", None, None, False)),
+    **dict.fromkeys(
+        (
+            "casefold",
+            "collapse_whitespace",
+            "drop_last",
+            "minhash",
+            "embeddings",
+            "cache",
+            "margin",
+            "with_existing",
+            "use_index",
+        ),
+        ("bool", None, None, False),
+    ),
+    "max_hops": ("int", 0, 1000, False),
+    "batch_size": ("int", 1, _BIG, False),
+    "seed": ("int", 0, 2**63 - 1, False),
+    "epochs": ("int", 1, 100_000, False),
+    "world_size": ("int", 1, 1_000_000, False),
+    "number_guard": ("int", 0, _BIG, False),
+    "alignment_words": ("int", 1, _BIG, False),
+    "num_perm": ("int", 1, 65_536, False),
+    "ngram": ("int", 1, 1000, False),
+    "minhash_seed": ("int", 0, 2**32 - 1, False),
+    "embed_batch_size": ("int", 1, _BIG, False),
+    "alignment": ("float", 0.0, 1.0, False),
+    "alignment_match": ("float", 0.0, 1.0, True),
+    "minhash_threshold": ("float", 0.0, 1.0, False),
+    "positive_threshold": ("float", -1.0, 1.0, False),
+    "anchor_threshold": ("float", -1.0, 1.0, False),
+    "margin_support": ("float", -1.0, 1.0, False),
+    "absolute_margin": ("float", 0.0, 2.0, False),
+    "relative_margin": ("float", 0.0, 1.0, True),
+}
+
+
+def _bound(value: float) -> str:
+    if isinstance(value, int) and value >= 2**16 and (value + 1) & value == 0:
+        return f"2^{(value + 1).bit_length() - 1} - 1"
+    return f"{value:g}" if isinstance(value, float) else f"{value:,}"
+
+
+def describe_rule(name: str) -> str:
+    """``an integer in [1, 2,147,483,647]`` for ``batch_size``, and so on."""
+    kind, low, high, open_high = SETTING_RULES[name]
+    text = {
+        "int": "an integer",
+        "float": "a number",
+        "bool": "true or false",
+        "str": "a string",
+        "strs": "a string or a list of strings",
+        "table": "a table of column names",
+    }[kind]
+    if low is not None and high is not None:
+        text += f" in [{_bound(low)}, {_bound(high)}{')' if open_high else ']'}"
+    return text
+
+
+def check_setting(name: str, value: Any, where: str) -> Any:
+    """``value`` if it has the type and range of setting ``name``; else a ``ConfigError`` naming
+    ``where`` (``file.toml: setting 'batch-size'`` or ``--batch-size``). Floats accept integers."""
+    rule = SETTING_RULES.get(name)
+    if rule is None or value is None:
+        return value
+    kind, low, high, open_high = rule
+    ok = True
+    if kind == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif kind == "float":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    elif kind == "bool":
+        ok = isinstance(value, bool)
+    elif kind == "str":
+        ok = isinstance(value, str)
+    elif kind == "table":
+        ok = isinstance(value, dict) or hasattr(value, "anchor")
+    elif kind == "strs":
+        ok = isinstance(value, str) or (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value))
+    if ok and low is not None and high is not None:
+        ok = low <= value and (value < high if open_high else value <= high)
+    if not ok:
+        shown = repr(value) if not isinstance(value, int) or abs(value) < 10**12 else f"{value}"
+        raise ConfigError(
+            f"{where} must be {describe_rule(name)}, got {shown} ({_type_name(value)})",
+            fix=f"set {name.replace('_', '-')} to {describe_rule(name)}",
+        )
+    return float(value) if kind == "float" else value
+
+
+def _type_name(value: Any) -> str:
+    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "table"}.get(
+        type(value), type(value).__name__
+    )
 
 
 def load_config_file(path: Path | None = None, cwd: Path | None = None) -> tuple[dict[str, Any], str | None]:
@@ -345,7 +476,7 @@ def _read_toml(path: Path, in_pyproject: bool) -> tuple[dict[str, Any], str | No
         if name not in _FILE_KEYS:
             valid = ", ".join(sorted(k.replace("_", "-") for k in _FILE_KEYS))
             raise ConfigError(f"{path}: unknown setting '{key}'", fix=f"valid settings: {valid}")
-        settings[name] = value
+        settings[name] = check_setting(name, value, f"{path}: setting '{key}'")
     return settings, str(path)
 
 
@@ -375,6 +506,7 @@ def build_config(settings: dict[str, Any]) -> AuditConfig:
     for name, value in settings.items():
         if value is None or name not in _FILE_KEYS:
             continue
+        value = check_setting(name, value, f"--{name.replace('_', '-')}")
         section, attr = _FILE_KEYS[name]
         if section is None and attr not in ("on_bad_row", "baseline"):
             continue

@@ -1,8 +1,10 @@
 """Text normalisation, text ids and content hashes, all as polars expressions.
 
-The default normal form: Unicode NFKC, full case folding (``str.casefold`` semantics), runs of
-whitespace collapsed to one space, and sentence punctuation, quotes and brackets folded from both
-ends. Each step is configurable (``NormaliseConfig``).
+The default normal form: Unicode NFKC, full case folding (``str.casefold`` semantics), invisible
+format characters (zero-width spaces and joiners, soft hyphens, byte-order marks: Unicode category
+Cf) removed and runs of whitespace collapsed to one space, and sentence punctuation, quotes and
+brackets folded from both ends. Each step is configurable (``NormaliseConfig``). A text whose normal
+form is empty is not text: loading treats it as an empty value.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def normalise_expr(expr: pl.Expr, cfg: NormaliseConfig) -> pl.Expr:
         sources, targets = _casefold_extras()
         expr = expr.str.to_lowercase().str.replace_many(sources, targets)
     if cfg.collapse_whitespace:
-        expr = expr.str.replace_all(r"\s+", " ").str.strip_chars()
+        expr = expr.str.replace_all(r"\p{Cf}+", "").str.replace_all(r"\s+", " ").str.strip_chars()
     if cfg.strip_chars:
         chars = re.escape(cfg.strip_chars)
         expr = expr.str.replace_all(rf"^[\s{chars}]+|[\s{chars}]+$", "")

@@ -39,3 +39,11 @@ def pairs(corpus: Corpus, anchor_rows, cand_rows, roles=None, direction: str = "
 def run(detector, corpus: Corpus, p: Pairs):
     detector.prepare(corpus)
     return detector.detect(p)
+
+
+def write_jsonl(path, rows: list[dict]):
+    """Write ``rows`` as JSON Lines to ``path`` and return it."""
+    import json
+
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path

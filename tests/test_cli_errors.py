@@ -374,6 +374,7 @@ def test_different_seed_changes_the_plan(tmp_path: Path) -> None:
 def test_output_leaves_no_temporary_files(tmp_path: Path) -> None:
     _dupes(tmp_path)
     out_dir = tmp_path / "reports"
+    out_dir.mkdir()
     result = scan("pairs.jsonl", "--format", "json", "--output", "reports/out.json")
     assert result.exit_code == 0, result.output
     assert result.stdout == ""

@@ -33,7 +33,11 @@ RUNNER = CliRunner()
         ("mislabelled!=0", [Condition("mislabelled", "!=", 0.0)]),
         ("suspect<3", [Condition("suspect", "<", 3.0)]),
         ("findings>0,likely>=10", [Condition("findings", ">", 0.0), Condition("likely", ">=", 10.0)]),
-        ("findings>0, ,", [Condition("findings", ">", 0.0)]),
+        ("findings>-1", [Condition("findings", ">", -1.0)]),
+        ("fn-rate>=+.5e-1", [Condition("fn-rate", ">=", 0.05)]),
+        ("findings>inf", [Condition("findings", ">", float("inf"))]),
+        ("findings>1e309", [Condition("findings", ">", float("inf"))]),
+        ("findings<-Infinity", [Condition("findings", "<", float("-inf"))]),
     ],
 )
 def test_parse(expr: str, expected: list[Condition]) -> None:
@@ -54,10 +58,25 @@ def test_unknown_metric_lists_the_valid_ones() -> None:
         assert metric in message
 
 
-@pytest.mark.parametrize("expr", ["findings", "findings>>0", ">0", "findings>abc", "findings=>1", "2>findings"])
+@pytest.mark.parametrize(
+    "expr",
+    ["findings", "findings>>0", ">0", "findings>abc", "findings=>1", "2>findings", "findings>nan", "findings>1e"],
+)
 def test_bad_syntax(expr: str) -> None:
     with pytest.raises(ConfigError, match="METRIC OP NUMBER"):
         parse([expr], METRICS)
+
+
+@pytest.mark.parametrize("expr", ["", "  ", "findings>0,", "findings>0, ,", ",findings>0"])
+def test_empty_conditions_are_refused(expr: str) -> None:
+    with pytest.raises(ConfigError, match="empty condition"):
+        parse([expr], METRICS)
+
+
+def test_inf_and_overflow_agree() -> None:
+    a, b = parse(["findings>inf", "findings>1e309"], METRICS)
+    assert a == b
+    assert evaluate([a], {"findings": 10**300}).passed
 
 
 def test_evaluate() -> None:
@@ -112,7 +131,7 @@ def test_gate_threshold_not_crossed(data: Path) -> None:
     assert scan("dupes.jsonl", "--fail-on", "findings>1000,certain>=1").exit_code == 1
 
 
-@pytest.mark.parametrize("expr", ["bogus>1", "findings"])
+@pytest.mark.parametrize("expr", ["bogus>1", "findings", ""])
 def test_bad_gate_is_a_usage_error(data: Path, expr: str) -> None:
     result = scan("dupes.jsonl", "--fail-on", expr)
     assert result.exit_code == 2, result.output
@@ -124,3 +143,17 @@ def test_gate_from_config_file(data: Path) -> None:
     (data / "contrast-audit.toml").write_text('fail-on = "findings>0"\n', encoding="utf-8")
     assert scan("dupes.jsonl").exit_code == 1
     assert scan("clean.jsonl").exit_code == 0
+
+
+def test_gate_grammar_is_in_help() -> None:
+    import re
+
+    result = RUNNER.invoke(app, ["scan", "--help"], env={"COLUMNS": "200"})
+    text = re.sub(r"[\s│]+", " ", result.output)
+    assert ">= < <= == !=" in text and "inf" in text
+
+
+def test_bad_gate_in_the_settings_file(data: Path) -> None:
+    (data / "contrast-audit.toml").write_text('fail-on = ["findings>0", ""]\n', encoding="utf-8")
+    result = scan("clean.jsonl")
+    assert result.exit_code == 2 and "empty condition" in result.stderr

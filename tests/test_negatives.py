@@ -144,7 +144,7 @@ def test_alignment_match_reaches_both_commands_and_the_settings_file(pairs_file,
     for bad in ("1", "1.5", "-0.1"):
         for command in ("scan", "negatives"):
             result = run(command, path, "--batch-size", "8", "--alignment-match", bad)
-            assert result.exit_code == 2 and "alignment-match must be in [0, 1)" in result.stderr
+            assert result.exit_code == 2 and "alignment-match must be a number in [0, 1)" in result.stderr
     (tmp_path / "contrast-audit.toml").write_text("alignment-match = 0.65\n")
     monkeypatch.chdir(tmp_path)
     from_file = json.loads(run("scan", path, "--batch-size", "8", "--format", "json", "-q").stdout)

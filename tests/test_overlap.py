@@ -8,18 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support import write_jsonl
 from typer.testing import CliRunner
 
 from contrast_audit.api import OVERLAP_SCHEMA, audit
 from contrast_audit.cli import app
 from contrast_audit.config import build_config
 from contrast_audit.overlap import neighbours
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return path
-
 
 # Thirty words: replacing one word keeps the word-3-gram Jaccard near 0.8, above the 0.7 threshold.
 LONG = (

@@ -1,24 +1,366 @@
-"""Atomic writes: a temporary file beside the target, renamed over it when complete."""
+"""Outputs that never destroy anything: one check before the work, one atomic write after it.
+
+``OutputTarget`` is the single place where an output path is judged and written:
+
+- checked before any work: ``''``, a directory, a missing or read-only directory, or a path that
+  names one of the inputs (by path, through links, or by inode: hard links) is a ``ConfigError``
+  (exit 2). Writability is proven by creating the temporary file beside the target at once;
+- written atomically: the temporary file is filled, flushed, synced and renamed over the target, so
+  readers see the old file or the whole new one. A symlink is resolved first, so the rename happens
+  next to the real file and the link stays a link. A disk that fills up leaves the old file intact
+  (exit 2);
+- special files (``/dev/stdout``, ``/dev/null``, a FIFO, any non-regular file) are written into,
+  never replaced;
+- a new file gets the mode the user's umask allows (as ``open()`` would), an existing file keeps
+  its mode;
+- the temporary file (``.NAME.PID.XXXX.tmp``) is removed on errors, on SIGINT and SIGTERM and at
+  exit; one left by a killed run (its process gone) is removed by the next write to the same target.
+
+Typical use, for any command that writes a file::
+
+    with OutputTarget(args.output, inputs=data_paths, option="--output") as out:
+        result = long_running_work()
+        out.write(render(result))
+
+``check_output_dir`` does the same checks for a directory of outputs (``train --out DIR``); each
+file inside it is then written with ``write_atomic``.
+"""
 
 from __future__ import annotations
 
+import atexit
+import errno
 import os
+import signal
+import stat
 import tempfile
+import threading
+from collections.abc import Iterable
 from pathlib import Path
+from types import FrameType, TracebackType
+
+from contrast_audit.errors import ConfigError
+
+_LIVE: set[str] = set()  # temporaries of this process not yet renamed or removed
+_LOCK = threading.Lock()
+_HANDLERS_INSTALLED = False
 
 
-def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see either the old file or the whole new one."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+def _remove_live() -> None:
+    for name in list(_LIVE):
+        try:
+            os.unlink(name)
+        except OSError:
+            pass
+        _LIVE.discard(name)
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    """Remove our temporaries, then let the signal do what it would have done."""
+    _remove_live()
+    previous = _PREVIOUS.get(signum)
+    if callable(previous):
+        previous(signum, frame)
+        return
+    if signum == signal.SIGINT and previous != signal.SIG_IGN:
+        raise KeyboardInterrupt
+    if previous == signal.SIG_IGN:
+        return
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+_PREVIOUS: dict[int, object] = {}
+
+
+def _install_handlers() -> None:
+    global _HANDLERS_INSTALLED
+    if _HANDLERS_INSTALLED:
+        return
+    _HANDLERS_INSTALLED = True
+    atexit.register(_remove_live)
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal handlers can only be set from the main thread; atexit still cleans up
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            _PREVIOUS[signum] = signal.getsignal(signum)
+            signal.signal(signum, _on_signal)
+        except (ValueError, OSError):  # pragma: no cover - embedded interpreters
+            pass
+
+
+def _umask() -> int:
+    with _LOCK:
+        mask = os.umask(0)
+        os.umask(mask)
+    return mask
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(target: Path) -> list[Path]:
+    """Remove ``.NAME.PID.*.tmp`` files beside ``target`` whose process no longer runs."""
+    removed: list[Path] = []
+    prefix = f".{target.name}."
+    try:
+        entries = list(os.scandir(target.parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        name = entry.name
+        if not (name.startswith(prefix) and name.endswith(".tmp")):
+            continue
+        pid_text = name[len(prefix) :].split(".", 1)[0]
+        if not pid_text.isdigit() or _pid_alive(int(pid_text)):
+            continue
+        try:
+            os.unlink(entry.path)
+            removed.append(Path(entry.path))
+        except OSError:
+            pass
+    return removed
+
+
+class OutputTarget:
+    """One output file, checked now and written atomically later (see the module docstring).
+
+    Args:
+        path: where the user asked the output to go.
+        inputs: every file the command reads (data, plan, settings): the output may not be one of them.
+        option: the flag that named ``path``, for messages (``--output``, ``--out``).
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, inputs: Iterable[str | os.PathLike[str]] = (), option: str = "--output"
+    ) -> None:
+        self.option = option
+        self._fd: int | None = None
+        self._tmp: str | None = None
+        self._done = False
+        text = os.fspath(path)
+        if not text.strip():
+            raise ConfigError(f"{option} is empty", fix=f"name a file, e.g. {option} report.json")
+        self.given = Path(text)
+        self.special = False
+        self.real = Path(os.path.realpath(text))
+        self._check(text, inputs)
+
+    # -- checks ---------------------------------------------------------------------------------
+    def _check(self, text: str, inputs: Iterable[str | os.PathLike[str]]) -> None:
+        option, given, real = self.option, self.given, self.real
+        if text_is_dir(text):
+            raise ConfigError(
+                f"{option} {given} is a directory", fix=f"name a file inside it, e.g. {option} {given / 'report.json'}"
+            )
+        mine = _identity(real)
+        for item in inputs:
+            item_text = os.fspath(item)
+            if item_text in ("", "-"):
+                continue
+            other = Path(os.path.realpath(item_text))
+            ident = _identity(other)
+            if other == real or (mine is not None and ident == mine):
+                raise ConfigError(
+                    f"{option} {given} is the input file {item_text}: writing it would destroy the data",
+                    fix=f"write the report somewhere else, e.g. {option} report.json",
+                )
+        try:
+            st = os.stat(real)
+        except FileNotFoundError:
+            st = None
+        except OSError as exc:
+            raise ConfigError(
+                f"{option} {given}: cannot be checked ({exc.strerror})", fix="choose another path"
+            ) from exc
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            # /dev/stdout, /dev/null, a FIFO, a terminal: written into, never replaced.
+            self.special = True
+            return
+        parent = real.parent
+        if not parent.is_dir():
+            raise ConfigError(
+                f"{option} {given}: directory {parent} does not exist", fix=f"create it first (mkdir -p {parent})"
+            )
+        remove_stale_temporaries(real)
+        self._open_temporary()
+
+    def _open_temporary(self) -> None:
+        _install_handlers()
+        real = self.real
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.{os.getpid()}.", suffix=".tmp", dir=real.parent)
+        except OSError as exc:
+            raise ConfigError(
+                f"{self.option} {self.given}: cannot write in {real.parent} ({exc.strerror})",
+                fix="choose a directory you can write to",
+            ) from exc
+        with _LOCK:
+            _LIVE.add(tmp)
+        self._fd, self._tmp = fd, tmp
+
+    # -- writing --------------------------------------------------------------------------------
+    def write(self, data: str | bytes) -> None:
+        """Write the whole output: into a special file directly, else by rename over the target."""
+        if self._done:
+            raise RuntimeError("an OutputTarget is written once")
+        payload = data.encode("utf-8") if isinstance(data, str) else data
+        if self.special:
+            self._write_special(payload)
+            self._done = True
+            return
+        assert self._fd is not None and self._tmp is not None
+        fd, tmp = self._fd, self._tmp
+        try:
+            view = memoryview(payload)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+            os.fchmod(fd, self._mode())
+            os.close(fd)
+            self._fd = None
+            os.replace(tmp, self.real)
+            with _LOCK:
+                _LIVE.discard(tmp)
+            self._tmp = None
+            self._done = True
+            self._sync_dir()
+        except OSError as exc:
+            self.discard()
+            raise self._write_error(exc) from exc
+        except BaseException:
+            self.discard()
+            raise
+
+    def _write_special(self, payload: bytes) -> None:
+        try:
+            fd = os.open(self.real, os.O_WRONLY | os.O_APPEND)
+        except OSError as exc:
+            raise self._write_error(exc) from exc
+        try:
+            view = memoryview(payload)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+        except OSError as exc:
+            raise self._write_error(exc) from exc
+        finally:
+            os.close(fd)
+
+    def _write_error(self, exc: OSError) -> ConfigError:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            what = "the disk is full"
+            fix = "free some space and run again"
+        else:
+            what = exc.strerror or str(exc)
+            fix = "check the path and its permissions"
+        kept = "" if self.special else "; the previous file, if any, is unchanged"
+        return ConfigError(f"{self.option} {self.given}: writing failed ({what}){kept}", fix=fix)
+
+    def _mode(self) -> int:
+        try:
+            return stat.S_IMODE(os.stat(self.real).st_mode)
+        except OSError:
+            return 0o666 & ~_umask()
+
+    def _sync_dir(self) -> None:
+        try:
+            dfd = os.open(self.real.parent, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            os.fsync(dfd)
+        except OSError:
+            pass
+        finally:
+            os.close(dfd)
+
+    def discard(self) -> None:
+        """Remove the temporary file (nothing is written); safe to call more than once."""
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
+        if self._tmp is not None:
+            try:
+                os.unlink(self._tmp)
+            except OSError:
+                pass
+            with _LOCK:
+                _LIVE.discard(self._tmp)
+            self._tmp = None
+
+    def __enter__(self) -> OutputTarget:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.discard()
+
+    def __del__(self) -> None:
+        if hasattr(self, "_tmp"):
+            self.discard()
+
+
+def text_is_dir(path: str) -> bool:
+    """True for an existing directory or a path written as one (ending in ``/``)."""
+    return path.endswith(os.sep) or os.path.isdir(path)
+
+
+def check_output_dir(
+    path: str | os.PathLike[str], *, inputs: Iterable[str | os.PathLike[str]] = (), option: str = "--out"
+) -> Path:
+    """Check a directory of outputs before the work: not ``''``, not a file, not holding an input
+    path itself, and writable (created if missing, with its parents). Returns the resolved path;
+    write each file in it with ``write_atomic``."""
+    text = os.fspath(path)
+    if not text.strip():
+        raise ConfigError(f"{option} is empty", fix=f"name a directory, e.g. {option} out/")
+    real = Path(os.path.realpath(text))
+    if real.exists() and not real.is_dir():
+        raise ConfigError(f"{option} {text} is a file, not a directory", fix="name a directory")
+    for item in inputs:
+        item_text = os.fspath(item)
+        if item_text not in ("", "-") and Path(os.path.realpath(item_text)) == real:
+            raise ConfigError(f"{option} {text} is the input {item_text}", fix="name another directory")
+    try:
+        real.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".check.{os.getpid()}.", suffix=".tmp", dir=real)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise ConfigError(
+            f"{option} {text}: cannot write there ({exc.strerror})", fix="choose a directory you can write to"
+        ) from exc
+    return real
+
+
+def write_atomic(
+    path: str | os.PathLike[str], data: str | bytes, *, inputs: Iterable[str | os.PathLike[str]] = ()
+) -> None:
+    """Write ``data`` to ``path`` so that readers see either the old file or the whole new one
+    (creating missing parent directories)."""
+    real = Path(os.path.realpath(os.fspath(path)))
+    if os.fspath(path).strip() and not real.parent.exists():
+        real.parent.mkdir(parents=True, exist_ok=True)
+    with OutputTarget(path, inputs=inputs, option="output") as out:
+        out.write(data)

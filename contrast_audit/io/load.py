@@ -8,6 +8,7 @@ Canonical columns: ``id`` (text), ``anchor``, ``positive``, ``negatives`` (list 
 from __future__ import annotations
 
 import glob
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from contrast_audit.config import ColumnMapping
+from contrast_audit.config import ColumnMapping, NormaliseConfig
 from contrast_audit.errors import InputError
-from contrast_audit.io.readers import RawTable, read_raw
+from contrast_audit.io.readers import STDIN, STDIN_NAME, RawTable, read_raw
+from contrast_audit.normalise import normalise_expr
 
 # Recognised layouts, tried in order: (name, anchor, positive candidates, negative patterns).
 LAYOUTS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
@@ -76,12 +78,19 @@ class LoadResult:
     mappings: list[FileMapping]
     skipped: list[BadRow] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    # Things that did not stop the load but change what it means (the same file given twice).
+    warnings: list[str] = field(default_factory=list)
 
 
 def expand_paths(patterns: list[str]) -> list[Path]:
     """Files named directly or matched by a glob, in argument order (globs sorted)."""
     out: list[Path] = []
     for pattern in patterns:
+        if pattern == STDIN:
+            if any(str(p) == STDIN for p in out):
+                raise InputError(STDIN_NAME, "standard input is given twice", fix="pass - once")
+            out.append(Path(STDIN))
+            continue
         if any(ch in pattern for ch in "*?[") and not Path(pattern).is_file():
             matched = sorted(glob.glob(pattern, recursive=True))
             files = [Path(m) for m in matched if Path(m).is_file()]
@@ -104,6 +113,28 @@ def expand_paths(patterns: list[str]) -> list[Path]:
     if not out:
         raise InputError("DATA", "no input files given", fix="pass one or more pair files")
     return out
+
+
+def repeated_files(files: list[Path]) -> list[str]:
+    """One warning per file named more than once (by path, link or hard link): its rows count twice."""
+    seen: dict[tuple[int, int], str] = {}
+    warnings: list[str] = []
+    for path in files:
+        if str(path) == STDIN:
+            continue
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            same = "" if seen[key] == str(path) else f" (as {seen[key]})"
+            warnings.append(
+                f"{path} is given twice{same}: its rows are read twice and each is an exact duplicate of itself"
+            )
+        else:
+            seen[key] = str(path)
+    return warnings
 
 
 def resolve_mapping(path: str, columns: list[str], user: ColumnMapping) -> FileMapping:
@@ -153,9 +184,19 @@ def _missing(path: str, name: str, columns: list[str], flag: str) -> InputError:
     )
 
 
-def load_rows(patterns: list[str], user: ColumnMapping, on_bad_row: str = "error") -> LoadResult:
-    """Read, map and validate every file; concatenate into the canonical frame."""
+def load_rows(
+    patterns: list[str],
+    user: ColumnMapping,
+    on_bad_row: str = "error",
+    normalise: NormaliseConfig | None = None,
+) -> LoadResult:
+    """Read, map and validate every file; concatenate into the canonical frame.
+
+    A text is empty when nothing is left of it after ``normalise`` (the scan's normal form):
+    whitespace, punctuation or invisible characters alone are not text.
+    """
     files = expand_paths(patterns)
+    norm = normalise or NormaliseConfig()
     frames: list[pl.DataFrame] = []
     mappings: list[FileMapping] = []
     skipped: list[BadRow] = []
@@ -168,12 +209,12 @@ def load_rows(patterns: list[str], user: ColumnMapping, on_bad_row: str = "error
             return {m.positive: True, **dict.fromkeys(m.negatives, True), m.anchor: False}
 
         raw = read_raw(path, on_bad_row, text_columns)
-        mapping = resolve_mapping(str(path), raw.frame.columns, user)
+        mapping = resolve_mapping(raw.path, raw.frame.columns, user)
         skipped.extend(
             BadRow(str(path), where, None, reason) if raw.lines is not None else BadRow(str(path), None, where, reason)
             for where, reason in raw.skipped
         )
-        frame, bad = _canonical(raw, mapping, offset, on_bad_row)
+        frame, bad = _canonical(raw, mapping, offset, on_bad_row, norm)
         skipped.extend(bad)
         offset += raw.frame.height + len(raw.skipped)
         frames.append(frame)
@@ -182,10 +223,16 @@ def load_rows(patterns: list[str], user: ColumnMapping, on_bad_row: str = "error
     rows = _check_ids(rows, on_bad_row, skipped)
     if rows.height == 0:
         raise InputError(str(files[0]), "no valid rows left after skipping bad rows", fix="fix the input")
-    return LoadResult(rows=rows, mappings=mappings, skipped=skipped, files=[str(f) for f in files])
+    names = [STDIN_NAME if str(f) == STDIN else str(f) for f in files]
+    return LoadResult(rows=rows, mappings=mappings, skipped=skipped, files=names, warnings=repeated_files(files))
 
 
-def _text_problem(name: str, dtype: pl.DataType) -> pl.Expr:
+def _nothing_left(expr: pl.Expr, norm: NormaliseConfig) -> pl.Expr:
+    """True where a text has nothing left after normalisation (but was not blank to begin with)."""
+    return normalise_expr(expr, norm).str.strip_chars() == ""
+
+
+def _text_problem(name: str, dtype: pl.DataType, norm: NormaliseConfig) -> pl.Expr:
     col = pl.col(name)
     if dtype == pl.String:
         return (
@@ -193,13 +240,15 @@ def _text_problem(name: str, dtype: pl.DataType) -> pl.Expr:
             .then(pl.lit(f"column '{name}' is null"))
             .when(col.str.strip_chars() == "")
             .then(pl.lit(f"column '{name}' is empty"))
+            .when(_nothing_left(col, norm))
+            .then(pl.lit(f"column '{name}' is empty after normalisation (only punctuation or invisible characters)"))
         )
     if dtype == pl.Null:
         return pl.lit(f"column '{name}' is null")
     return pl.lit(f"column '{name}' is {dtype}, not text")
 
 
-def _list_problem(name: str, dtype: pl.DataType, required: bool) -> pl.Expr:
+def _list_problem(name: str, dtype: pl.DataType, required: bool, norm: NormaliseConfig) -> pl.Expr:
     """Problems of a list-of-text column (FlagEmbedding ``pos`` / ``neg``)."""
     col = pl.col(name)
     if dtype == pl.List(pl.Null):
@@ -211,12 +260,17 @@ def _list_problem(name: str, dtype: pl.DataType, required: bool) -> pl.Expr:
     expr = expr.when(col.list.eval(pl.element().str.strip_chars() == "").list.any()).then(
         pl.lit(f"column '{name}' holds an empty item")
     )
+    expr = expr.when(col.list.eval(_nothing_left(pl.element(), norm)).list.any()).then(
+        pl.lit(f"column '{name}' holds an item that is empty after normalisation")
+    )
     if required:
         expr = expr.when(col.is_null() | (col.list.len() == 0)).then(pl.lit(f"column '{name}' has no items"))
     return expr
 
 
-def _canonical(raw: RawTable, m: FileMapping, offset: int, on_bad_row: str) -> tuple[pl.DataFrame, list[BadRow]]:
+def _canonical(
+    raw: RawTable, m: FileMapping, offset: int, on_bad_row: str, norm: NormaliseConfig
+) -> tuple[pl.DataFrame, list[BadRow]]:
     frame = raw.frame
     schema = frame.schema
     n = frame.height
@@ -229,19 +283,21 @@ def _canonical(raw: RawTable, m: FileMapping, offset: int, on_bad_row: str) -> t
     if isinstance(anchor_dtype, pl.List):
         checks.append(pl.lit(f"column '{m.anchor}' is a list; an anchor must be one text"))
     else:
-        checks.append(_text_problem(m.anchor, anchor_dtype))
+        checks.append(_text_problem(m.anchor, anchor_dtype, norm))
     pos_dtype = schema[m.positive]
     pos_is_list = isinstance(pos_dtype, pl.List)
-    checks.append(_list_problem(m.positive, pos_dtype, True) if pos_is_list else _text_problem(m.positive, pos_dtype))
+    checks.append(
+        _list_problem(m.positive, pos_dtype, True, norm) if pos_is_list else _text_problem(m.positive, pos_dtype, norm)
+    )
     for name in m.negatives:
         dtype = schema[name]
         if isinstance(dtype, pl.List):
-            checks.append(_list_problem(name, dtype, False))
+            checks.append(_list_problem(name, dtype, False, norm))
         elif dtype != pl.Null:
             checks.append(
-                pl.when(pl.col(name).is_not_null()).then(_text_problem(name, dtype))
+                pl.when(pl.col(name).is_not_null()).then(_text_problem(name, dtype, norm))
                 if dtype == pl.String
-                else _text_problem(name, dtype)
+                else _text_problem(name, dtype, norm)
             )
     if m.id is not None:
         checks.append(pl.when(pl.col(m.id).is_null()).then(pl.lit(f"column '{m.id}' (the id) is null")))

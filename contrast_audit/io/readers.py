@@ -10,6 +10,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import re
+import select
+import stat
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +36,15 @@ FORMATS = {
 }
 
 PARQUET_MAGIC = b"PAR1"
+STDIN = "-"  # the path that means standard input
+STDIN_NAME = "<stdin>"  # how standard input is named in messages and reports
+FIFO_WAIT_S = 10.0
+# Lines with more opening brackets than this are parsed by Python's json, which reports nesting it
+# cannot follow; Arrow's reader could exhaust the stack on them.
+FAST_JSON_MAX_BRACKETS = 256  # how long a FIFO may stay without a writer before it is refused
+
+# A \uD800-\uDFFF escape: half of a UTF-16 surrogate pair, valid JSON only as a pair.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
 @dataclass
@@ -56,6 +70,33 @@ class RawTable:
         return {"line": int(self.lines[index])}
 
 
+def display_name(path: Path) -> str:
+    """How a path is named in messages: ``<stdin>`` for ``-``."""
+    return STDIN_NAME if str(path) == STDIN else str(path)
+
+
+def sniff_kind(data: bytes) -> str:
+    """The format of a stream without a file name (stdin, a FIFO): Parquet by its magic bytes, JSON
+    Lines when the first non-blank character opens an object or array, TSV when the first line
+    holds a tab, else CSV."""
+    if data.startswith(PARQUET_MAGIC):
+        return "parquet"
+    head = data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
+    if head in (b"{", b"["):
+        return "jsonl"
+    first = data.lstrip(b"\xef\xbb\xbf\r\n").split(b"\n", 1)[0]
+    return "tsv" if b"\t" in first else "csv"
+
+
+def _is_stream(path: Path) -> bool:
+    if str(path) == STDIN:
+        return True
+    try:
+        return not stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return False
+
+
 def file_kind(path: Path) -> str:
     kind = FORMATS.get(path.suffix.lower())
     if kind is None:
@@ -74,13 +115,11 @@ def read_raw(path: Path, on_bad_row: str, json_types: Callable[[list[str]], dict
     whether a list of texts is allowed too; JSON values of any other type in those columns are
     reported with their line.
     """
-    kind = file_kind(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(
-            str(path), f"cannot be read ({exc.strerror})", fix="check the path and its permissions"
-        ) from exc
+    stream = _is_stream(path)
+    data = _read_bytes(path)
+    name = Path(display_name(path))
+    kind = sniff_kind(data) if stream and path.suffix.lower() not in FORMATS else file_kind(path)
+    path = name
     if not data.strip():
         raise InputError(str(path), "file is empty", fix="pass a file with a header and at least one row")
     if kind == "parquet":
@@ -88,9 +127,52 @@ def read_raw(path: Path, on_bad_row: str, json_types: Callable[[list[str]], dict
     if data.startswith(PARQUET_MAGIC):
         raise InputError(str(path), f"is a Parquet file, not {kind.upper()}", fix="rename it to .parquet")
     text = _decode(path, data)
+    if "\r" in text and "\n" not in text:
+        text = text.replace("\r", "\n")  # classic Mac line endings: CR alone ends a line
     if kind == "jsonl":
         return _read_jsonl(path, text, on_bad_row, json_types)
     return _read_delimited(path, text, "\t" if kind == "tsv" else ",", kind, on_bad_row)
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The whole file, standard input (``-``) or FIFO; a FIFO nobody writes to is refused, not waited
+    on forever."""
+    if str(path) == STDIN:
+        if sys.stdin is None or sys.stdin.isatty():
+            raise InputError(
+                STDIN_NAME,
+                "standard input is a terminal, not data",
+                fix="pipe the data in: ... | contrast-audit scan -",
+            )
+        return sys.stdin.buffer.read()
+    try:
+        if path.is_fifo():
+            return _read_fifo(path)
+        return path.read_bytes()
+    except OSError as exc:
+        raise InputError(
+            str(path), f"cannot be read ({exc.strerror})", fix="check the path and its permissions"
+        ) from exc
+
+
+def _read_fifo(path: Path) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLHUP)
+        if not poller.poll(FIFO_WAIT_S * 1000):
+            raise InputError(
+                str(path),
+                f"is a FIFO that no process wrote to within {FIFO_WAIT_S:g} s",
+                fix="start the writer first, or pass a file",
+            )
+        os.set_blocking(fd, True)
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _decode(path: Path, data: bytes) -> str:
@@ -137,21 +219,81 @@ def _read_jsonl(path: Path, text: str, on_bad_row: str, json_types: Callable[[li
 
     lines, numbers = _split_lines(text)
     stripped = text.lstrip()
-    if path.suffix.lower() == ".json" and stripped.startswith("["):
+    if path.suffix.lower() in (".json", "") and stripped.startswith("["):
         return _read_json_array(path, stripped, on_bad_row, json_types)
     try:
+        brackets = pl.Series("l", lines, dtype=pl.String).str.count_matches(r"[\[{]").max() if lines else 0
+        if brackets is None or int(brackets) > FAST_JSON_MAX_BRACKETS:  # type: ignore[arg-type]
+            raise ValueError("deeply nested values: read line by line")
         table = pj.read_json(
             io.BytesIO("\n".join(lines).encode("utf-8")),
             read_options=pj.ReadOptions(block_size=1 << 26),
         )
         frame = pl.from_arrow(table)
-        assert isinstance(frame, pl.DataFrame)
+        if not isinstance(frame, pl.DataFrame) or frame.height != len(lines):
+            raise ValueError("rows and lines disagree")
         if not _json_types_ok(frame, json_types(frame.columns)):
             raise ValueError("a text column holds values of another type")
         return RawTable(str(path), "jsonl", frame, numbers, [])
-    except (pa.ArrowInvalid, ValueError, pl.exceptions.PolarsError):
+    except (pa.ArrowException, ValueError, TypeError, OverflowError, pl.exceptions.PolarsError):
         pass
     return _read_jsonl_slow(path, lines, numbers, on_bad_row, json_types)
+
+
+class _JSONProblem(Exception):
+    """Valid JSON syntax that still cannot be read: nesting too deep, a lone surrogate."""
+
+    def __init__(self, reason: str, fix: str, line_offset: int = 0) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.fix = fix
+        self.line_offset = line_offset
+
+
+def _loads(text: str) -> object:
+    """``json.loads`` that reports nesting too deep for Python and lone UTF-16 surrogates
+    (``"\\ud800"``, which no UTF-8 output can hold) as ``_JSONProblem``."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise _JSONProblem(
+            "nests arrays or objects too deeply to read", "flatten the value; texts must be strings"
+        ) from None
+    if _SURROGATE_ESCAPE.search(text) and _has_surrogate(value):
+        at = _lone_surrogate_at(text)
+        line = text.count("\n", 0, at)
+        column = at - (text.rfind("\n", 0, at) + 1) + 1
+        raise _JSONProblem(
+            f"holds a lone UTF-16 surrogate ({text[at : at + 6]}) at character {column}, which is not text",
+            "write the character as a valid surrogate pair or drop it, or pass --on-bad-row skip",
+            line,
+        )
+    return value
+
+
+def _has_surrogate(value: object) -> bool:
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _lone_surrogate_at(text: str) -> int:
+    """Offset of the first \\uD800-\\uDFFF escape that is not part of a valid pair."""
+    matches = list(_SURROGATE_ESCAPE.finditer(text))
+    taken = -1
+    for match in matches:
+        start = match.start()
+        if start <= taken:
+            continue
+        high = text[start + 3].lower() in "89ab"
+        following = text[start + 6 : start + 12]
+        if high and _SURROGATE_ESCAPE.fullmatch(following) and following[3].lower() in "cdef":
+            taken = start + 6
+            continue
+        return start
+    return matches[0].start() if matches else 0
 
 
 def _json_types_ok(frame: pl.DataFrame, text_columns: dict[str, bool]) -> bool:
@@ -182,10 +324,17 @@ def _read_jsonl_slow(
     skipped: list[tuple[int, str]] = []
     for position, (number, line) in enumerate(zip(numbers.tolist(), lines, strict=True)):
         try:
-            value = json.loads(line)
+            value = _loads(line)
+        except _JSONProblem as problem:
+            _bad(path, number, problem.reason, on_bad_row, skipped, problem.fix)
+            continue
         except json.JSONDecodeError as exc:
-            reason = f"is not valid JSON ({exc.msg} at character {exc.colno})"
-            if not records and not skipped and number == numbers[0] and ("," in line or "\t" in line):
+            # json's own message can end in "starting at": the position follows once, not twice.
+            reason = f"is not valid JSON ({exc.msg.removesuffix(' at')} at character {exc.colno})"
+            if "\r" in line:
+                reason += "; the line holds a bare carriage return (mixed line endings?)"
+            looks_delimited = ("," in line or "\t" in line) and not line.lstrip().startswith(("{", "["))
+            if not records and not skipped and number == numbers[0] and looks_delimited:
                 raise InputError(
                     str(path),
                     reason,
@@ -273,7 +422,9 @@ def _read_json_array(
     path: Path, text: str, on_bad_row: str, json_types: Callable[[list[str]], dict[str, bool]]
 ) -> RawTable:
     try:
-        value = json.loads(text)
+        value = _loads(text)
+    except _JSONProblem as problem:
+        raise InputError(str(path), problem.reason, line=problem.line_offset + 1, fix=problem.fix) from None
     except json.JSONDecodeError as exc:
         raise InputError(
             str(path), f"is not valid JSON ({exc.msg})", line=exc.lineno, fix="fix the JSON syntax"

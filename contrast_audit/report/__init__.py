@@ -5,13 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from contrast_audit.api import AuditResult
-from contrast_audit.report import html, json_format, markdown, text
+from contrast_audit.report import html, json_format, markdown, sarif, text
+from contrast_audit.report.common import plural
 
 FORMATTERS: dict[str, Callable[..., str]] = {
     "text": text.render,
     "json": json_format.render,
     "markdown": markdown.render,
     "html": html.render,
+    "sarif": sarif.render,
 }
 
 
@@ -32,10 +34,13 @@ def summary_line(result: AuditResult) -> str:
             f" {new['overlaps']} overlaps, {new['leaks']} leaks"
         )
     return (
-        f"contrast-audit: {c['rows']} rows, {c['batches']} batches, {c['candidates']} candidates compared: "
-        f"{c['findings']} false negatives ({sev['certain']} certain, {sev['likely']} likely, "
-        f"{sev['suspect']} suspect), fn-rate {c['fn_rate']:.4%}, {c['rows_affected']} rows affected, "
-        f"{c['mislabelled_negatives']} mislabelled hard negatives{extra}"
+        f"contrast-audit: {plural(c['rows'], 'row')}, {plural(c['batches'], 'batch', 'batches')}, "
+        f"{plural(c['candidates'], 'candidate')} compared: "
+        f"{plural(c['findings'], 'false negative')} ({sev['certain']:,} certain, {sev['likely']:,} likely, "
+        f"{sev['suspect']:,} suspect), fn-rate {c['fn_rate']:.4%}, "
+        f"{plural(c['rows_affected'], 'row')} affected, "
+        f"{plural(c['mislabelled_negatives'], 'mislabelled hard negative')}{extra}"
+        + (f"; {masked:,} masked by the manifest" if (masked := c["masked"]["findings"]) else "")
     )
 
 

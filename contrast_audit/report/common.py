@@ -13,7 +13,7 @@ from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE
 
 def top_findings(result: AuditResult, top: int) -> pl.DataFrame:
     """The most severe findings first (then by batch), with texts, for display."""
-    f = result.findings.sort(
+    f = result.active_findings.sort(
         ["severity_rank", "batch", "anchor_row", "cand_row"], descending=[True, False, False, False]
     ).head(top)
     return result.findings_table(f)
@@ -25,12 +25,45 @@ def evidence_text(evidence: list[dict]) -> str:
         if e["kind"] == "linked":
             parts.append(f"linked ({int(e['score'])} hop{'s' if e['score'] != 1 else ''})")
         elif e["kind"] == "margin":
-            parts.append(f"margin {e['score']:+.3f}" if e["threshold"] <= 0 else f"margin ×{e['score']:.3f}")
+            if e["threshold"] <= 0:
+                parts.append(f"margin {e['score']:+.3f}>{e['threshold']:+.3f}")
+            else:
+                parts.append(f"margin ×{e['score']:.3f}>{e['threshold']:.3f}")
         elif e["score"] == 1.0 and e["threshold"] == 1.0:
             parts.append(e["kind"])
         else:
             parts.append(f"{e['kind']} {e['score']:.3f}≥{e['threshold']:.3f}")
     return ", ".join(parts)
+
+
+MARGIN_LEGEND = (
+    "margin ×R>T: the candidate's cosine to the anchor is R times the anchor's cosine to its own positive, "
+    "above T = 1 - relative margin; margin +D>T: the candidate's cosine minus the positive's is D, above "
+    "T = -absolute margin. Either way the candidate scores about as high as the positive it competes with."
+)
+
+
+def plural(n: int, singular: str, plural_form: str | None = None) -> str:
+    """``1 false negative``, ``2 false negatives``."""
+    return f"{n:,} {singular if n == 1 else (plural_form or singular + 's')}"
+
+
+def has_margin(evidence_lists: list[list[dict]]) -> bool:
+    return any(e["kind"] == "margin" for evidence in evidence_lists for e in evidence)
+
+
+def locations(result: AuditResult, rows: np.ndarray) -> list[str]:
+    """``file:line`` of each row (``file: row N`` for Parquet, whose rows have no lines)."""
+    frame = result.corpus.rows
+    if frame.height == 0 or len(rows) == 0:
+        return []
+    index = pl.Series(np.asarray(rows, dtype=np.int64))
+    files = frame.get_column("file").gather(index).to_list()
+    lines = frame.get_column("line").gather(index).to_list()
+    return [
+        f"{f}: row {n}" if str(f).lower().endswith((".parquet", ".pq")) else f"{f}:{n}"
+        for f, n in zip(files, lines, strict=True)
+    ]
 
 
 def clip(text: str, width: int = 80) -> str:
@@ -75,14 +108,15 @@ def plan_line(result: AuditResult) -> str:
     source = result.plan.source if plan.plan_file else f"{plan.sampler} sampler, seed {plan.seed}"
     return (
         f"{source}, batch size {plan.batch_size}, world size {plan.world_size}, "
-        f"{c['device_batches']} device batches → {c['batches']} comparison sets; "
+        f"{plural(c['device_batches'], 'device batch', 'device batches')} → "
+        f"{plural(c['batches'], 'comparison set')}; "
         f"directions {', '.join(result.config.loss.directions)}"
     )
 
 
 def mislabelled_rows(result: AuditResult, top: int) -> list[dict[str, Any]]:
     """The first ``top`` mislabelled hard negatives with their row's id and texts."""
-    mis = result.mislabelled.head(top)
+    mis = result.active_mislabelled.head(top)
     rows = mis.get_column("anchor_row").to_numpy()
     ids = result.corpus.rows.get_column("id").gather(rows).to_list()
     anchors = result.corpus.spelling(rows, np.full(mis.height, ANCHOR_ROLE)).to_list()

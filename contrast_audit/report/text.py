@@ -4,6 +4,8 @@ findings with their texts side by side."""
 from __future__ import annotations
 
 import io
+import os
+import shutil
 
 from rich.console import Console
 from rich.markup import escape
@@ -11,15 +13,19 @@ from rich.table import Table
 
 from contrast_audit.api import AuditResult
 from contrast_audit.report.common import (
+    MARGIN_LEGEND,
     OVERLAP_TITLES,
     baseline_lines,
     clip,
     embedding_line,
     evidence_text,
+    has_margin,
     has_reference,
+    locations,
     mapping_lines,
     mislabelled_rows,
     plan_line,
+    plural,
     top_findings,
     top_overlaps,
 )
@@ -27,10 +33,25 @@ from contrast_audit.report.common import (
 SEVERITY_STYLE = {"certain": "bold red", "likely": "yellow", "suspect": "cyan"}
 
 
+FILE_WIDTH = 160  # a report written to a file or a pipe, unless $COLUMNS says otherwise
+
+
+def report_width(terminal: bool) -> int:
+    """$COLUMNS when set, else the terminal's width on a terminal, else ``FILE_WIDTH``; never below 60."""
+    fallback = shutil.get_terminal_size((FILE_WIDTH, 24)).columns if terminal else FILE_WIDTH
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = fallback
+    return max(60, columns)
+
+
 def render(result: AuditResult, *, top: int = 20, color: bool = False, width: int | None = None) -> str:
     buffer = io.StringIO()
-    console = Console(file=buffer, force_terminal=color, no_color=not color, width=width or 160, highlight=False)
+    width = width or report_width(terminal=color)
+    console = Console(file=buffer, force_terminal=color, no_color=not color, width=width, highlight=False)
     c = result.counts()
+    text_width = min(50, max(20, (width - 40) // 3))  # the three text columns share what the others leave
 
     console.print("[bold]contrast-audit scan[/bold]")
     for line in mapping_lines(result):
@@ -39,7 +60,9 @@ def render(result: AuditResult, *, top: int = 20, color: bool = False, width: in
     if (line := embedding_line(result)) is not None:
         console.print(f"  model    {line}", markup=False)
     if c["skipped_rows"]:
-        console.print(f"  skipped  {c['skipped_rows']} bad rows (see the JSON report for each location)")
+        console.print(f"  skipped  {plural(c['skipped_rows'], 'bad row')} (see the JSON report for each location)")
+    for line in result.warnings:
+        console.print(f"  warning  {line}", markup=False)
 
     summary = Table(title="Summary", show_header=False, title_justify="left")
     summary.add_column("metric")
@@ -105,37 +128,49 @@ def render(result: AuditResult, *, top: int = 20, color: bool = False, width: in
             )
         console.print(table)
 
+    margins = False
     if c["findings"]:
         shown = top_findings(result, top)
-        table = Table(title=f"Top {shown.height} of {c['findings']} findings", title_justify="left")
+        anchors_at = locations(result, shown.get_column("anchor_row").to_numpy())
+        candidates_at = locations(result, shown.get_column("cand_row").to_numpy())
+        title = f"Top {shown.height} of {plural(c['findings'], 'finding')}"
+        table = Table(title=title, title_justify="left")
         for name in ("severity", "batch", "anchor", "its positive", "alleged negative", "evidence"):
             table.add_column(name, overflow="fold")
-        for r in shown.iter_rows(named=True):
+        for r, anchor_at, cand_at in zip(shown.iter_rows(named=True), anchors_at, candidates_at, strict=True):
             sev = r["severity"]
             table.add_row(
                 f"[{SEVERITY_STYLE[sev]}]{sev}[/]",
                 str(r["batch"]),
-                f"{escape(clip(r['anchor_text'], 50))}\n[dim]{escape(str(r['anchor_id']))}[/dim]",
-                escape(clip(r["positive_text"], 50)),
-                f"{escape(clip(r['candidate_text'], 50))}\n[dim]{escape(str(r['candidate_id']))} {escape(str(r['candidate_role']))} · {escape(str(r['direction']))}[/dim]",
+                f"{escape(clip(r['anchor_text'], text_width))}\n[dim]{escape(anchor_at)} id {escape(str(r['anchor_id']))}[/dim]",
+                escape(clip(r["positive_text"], text_width)),
+                f"{escape(clip(r['candidate_text'], text_width))}\n[dim]{escape(cand_at)} id {escape(str(r['candidate_id']))} "
+                f"{escape(str(r['candidate_role']))} · {escape(str(r['direction']))}[/dim]",
                 evidence_text(r["evidence"]),
             )
         console.print(table)
+        margins = has_margin(shown.get_column("evidence").to_list())
 
     if c["mislabelled_negatives"]:
-        table = Table(title=f"Mislabelled hard negatives ({c['mislabelled_negatives']})", title_justify="left")
+        title = f"Mislabelled hard negatives ({c['mislabelled_negatives']:,})"
+        table = Table(title=title, title_justify="left")
         for name in ("severity", "row", "anchor", "positive", "hard negative", "evidence"):
             table.add_column(name, overflow="fold")
-        for r in mislabelled_rows(result, top):
+        rows = mislabelled_rows(result, top)
+        at = locations(result, result.active_mislabelled.head(top).get_column("anchor_row").to_numpy())
+        for r, where in zip(rows, at, strict=True):
             table.add_row(
                 f"[{SEVERITY_STYLE[r['severity']]}]{r['severity']}[/]",
-                escape(r["row_id"]),
-                escape(clip(r["anchor_text"], 50)),
-                escape(clip(r["positive_text"], 50)),
-                escape(clip(r["negative_text"], 50)) + f"\n[dim]{r['negative']}[/dim]",
+                f"{escape(where)}\n[dim]id {escape(r['row_id'])}[/dim]",
+                escape(clip(r["anchor_text"], text_width)),
+                escape(clip(r["positive_text"], text_width)),
+                escape(clip(r["negative_text"], text_width)) + f"\n[dim]{r['negative']}[/dim]",
                 evidence_text(r["evidence"]),
             )
         console.print(table)
+        margins = margins or has_margin([r["evidence"] for r in rows])
+    if margins:
+        console.print(MARGIN_LEGEND, markup=False, style="dim")
     for target in ("eval", "existing"):
         total, shown = top_overlaps(result, target, top)
         if not total:

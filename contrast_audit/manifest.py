@@ -1,0 +1,358 @@
+"""Batch manifests from an audit: ``mask`` (the user's plan, findings masked), ``group`` (related rows
+re-planned into different batches, what remains masked) and ``multi-positive`` (related rows planned
+together, each anchor's related candidates marked as its positives).
+
+The same stages as ``audit``: load → normalise → evidence → plan → judge, then the judged findings at or
+above ``mask_severity`` become the manifest's entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from contrast_audit import __version__
+from contrast_audit.api import Prepared, Progress, judge_plan, prepare
+from contrast_audit.config import AuditConfig
+from contrast_audit.corpus import POSITIVE_ROLE, role_name
+from contrast_audit.errors import ConfigError
+from contrast_audit.evidence import SEVERITIES, SEVERITY_NAMES, Detector
+from contrast_audit.judge import Judgement
+from contrast_audit.plan import Plan, make_plan, read_plan_file
+from contrast_audit.plan.grouped import Relations, batch_capacities, rank_sizes, separate, together
+from contrast_audit.plan.manifest import KIND, SCHEMA_VERSION, STRATEGIES, Manifest, ManifestBatch, data_fingerprint
+from contrast_audit.plan.masking import with_positions
+
+SEVERITY_RANK = {name: rank for rank, name in SEVERITY_NAMES.items()}
+
+
+@dataclass
+class ManifestResult:
+    manifest: Manifest
+    prepared: Prepared
+    plan: Plan
+    judgement: Judgement
+    separated_left: int | None = None
+
+    def render(self) -> str:
+        return self.manifest.render()
+
+    @property
+    def counts(self) -> dict[str, Any]:
+        return dict(self.manifest.header["counts"])
+
+
+def build_manifest(
+    paths: Sequence[str],
+    config: AuditConfig | None = None,
+    *,
+    strategy: str = "mask",
+    mask_severity: str = "likely",
+    detectors: Sequence[Detector] | None = None,
+    progress: Progress | None = None,
+    config_file: str | None = None,
+) -> ManifestResult:
+    """Plan batches with ``strategy`` and write down which in-batch pairs to mask or treat as positives."""
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    if mask_severity not in SEVERITIES:
+        raise ConfigError(f"mask-severity must be one of {', '.join(SEVERITIES)}, got {mask_severity!r}")
+    cfg = config or AuditConfig()
+    if strategy != "mask" and cfg.plan.plan_file:
+        raise ConfigError(
+            f"--strategy {strategy} plans its own batches; --plan only goes with --strategy mask",
+            fix="drop --plan, or use --strategy mask to mask the findings of your plan",
+        )
+    user_plan: Plan | None = None
+
+    def read_plan(loaded) -> None:
+        nonlocal user_plan
+        if cfg.plan.plan_file:
+            user_plan = read_plan_file(cfg.plan.plan_file, loaded.rows.get_column("id"))
+
+    prepared = prepare(paths, cfg, detectors=detectors, progress=progress, before_evidence=read_plan)
+    corpus = prepared.corpus
+    threshold = SEVERITY_RANK[mask_severity]
+    world = cfg.plan.world_size
+    separated_left = None
+    if strategy == "mask":
+        plan = user_plan or make_plan(cfg.plan, corpus.n_rows, corpus.raw)
+        source = plan.source
+    else:
+        relations = row_relations(prepared, threshold, progress)
+        plan, separated_left = _replan(relations, cfg, strategy)
+        source = strategy
+    judgement = judge_plan(prepared, plan, world, progress)
+    gb = plan.global_batches(world)
+    acted = judgement.findings.filter(pl.col("severity_rank") >= threshold)
+    own = judgement.mislabelled.filter(pl.col("severity_rank") >= threshold)
+    batches, masked, positive = _batches(prepared, plan, gb, acted, own, strategy)
+    conflicts_left = (
+        acted.height if strategy != "multi-positive" else int(acted.filter(pl.col("cand_role") > POSITIVE_ROLE).height)
+    )
+    header = {
+        "kind": KIND,
+        "schema_version": SCHEMA_VERSION,
+        "strategy": strategy,
+        "mask_severity": mask_severity,
+        "fingerprint": data_fingerprint(prepared.loaded.rows),
+        "rows": corpus.n_rows,
+        "files": prepared.loaded.files,
+        "mapping": [m.to_dict() for m in prepared.loaded.mappings],
+        "plan": {
+            "source": source,
+            "sampler": cfg.plan.sampler,
+            "batch_size": cfg.plan.batch_size,
+            "seed": cfg.plan.seed,
+            "epochs": cfg.plan.epochs,
+            "drop_last": cfg.plan.drop_last,
+            "world_size": world,
+        },
+        "loss": {"directions": list(cfg.loss.directions)},
+        "config": cfg.to_dict(),
+        "config_file": config_file,
+        "detectors": judgement.detector_info,
+        "counts": {
+            "batches": len(gb),
+            "device_batches": plan.n_batches,
+            "rows_planned": int(gb.rows.shape[0]),
+            "masked_pairs": masked,
+            "positive_pairs": positive,
+            "findings_acted_on": acted.height,
+            "mislabelled_negatives_masked": own.height,
+            "conflicts_left": conflicts_left,
+            **({"rows_not_separated": separated_left} if separated_left is not None else {}),
+        },
+        "tool": {"name": "contrast-audit", "version": __version__},
+    }
+    manifest = Manifest(header, batches)
+    return ManifestResult(manifest, prepared, plan, judgement, separated_left)
+
+
+def row_relations(prepared: Prepared, threshold: int, progress: Progress | None = None) -> Relations:
+    """Rows related through any evidence at or above the severity, found without a batch plan.
+
+    Keys: each row's anchor and positive text ids (shared text: exact duplicates, same anchor, one-hop
+    links) and its declared group. Edges: rows whose anchor or positive texts are MinHash near-duplicates,
+    and, with embeddings, each row's nearest rows by anchor and by positive (``neighbour_edges``), kept only
+    where the detectors judge them related at the severity.
+    """
+    corpus = prepared.corpus
+    n = corpus.n_rows
+    rows = np.arange(n, dtype=np.int64)
+    key_rows = [rows, rows]
+    key_ids = [corpus.anchor, corpus.positive]
+    if (corpus.group >= 0).any():
+        has = corpus.group >= 0
+        key_rows.append(rows[has])
+        key_ids.append(corpus.group[has] + corpus.n_texts)
+    candidate_a: list[np.ndarray] = []
+    candidate_b: list[np.ndarray] = []
+    for detector in prepared.detectors:
+        inner = getattr(detector, "inner", detector)
+        pairs = getattr(inner, "pairs", None)
+        if isinstance(pairs, pl.DataFrame) and pairs.height and "tid_a" in pairs.columns:
+            a, b = _rows_of_text_pairs(
+                corpus, pairs.get_column("tid_a").to_numpy(), pairs.get_column("tid_b").to_numpy()
+            )
+            candidate_a.append(a)
+            candidate_b.append(b)
+    store = _embedding_store(prepared.detectors)
+    if store is not None:
+        a, b = neighbour_edges(store, corpus)
+        candidate_a.append(a)
+        candidate_b.append(b)
+    edge_a = np.concatenate(candidate_a) if candidate_a else np.zeros(0, np.int64)
+    edge_b = np.concatenate(candidate_b) if candidate_b else np.zeros(0, np.int64)
+    edge_a, edge_b = _judged_edges(prepared, edge_a, edge_b, threshold)
+    return Relations(n, np.concatenate(key_rows), np.concatenate(key_ids), edge_a, edge_b)
+
+
+def _rows_of_text_pairs(corpus, tid_a: np.ndarray, tid_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row pairs whose anchor or positive texts are the given text pairs."""
+    n = corpus.n_rows
+    holders = pl.DataFrame(
+        {"tid": np.r_[corpus.anchor, corpus.positive], "row": np.r_[np.arange(n), np.arange(n)]}
+    ).unique()
+    pairs = pl.DataFrame({"tid_a": tid_a, "tid_b": tid_b})
+    joined = pairs.join(holders.rename({"tid": "tid_a", "row": "row_a"}), on="tid_a").join(
+        holders.rename({"tid": "tid_b", "row": "row_b"}), on="tid_b"
+    )
+    return joined.get_column("row_a").to_numpy(), joined.get_column("row_b").to_numpy()
+
+
+def _embedding_store(detectors: Sequence[Detector]):
+    for detector in detectors:
+        inner = getattr(detector, "inner", detector)
+        store = getattr(inner, "store", None)
+        if store is not None and getattr(inner, "name", "") == "embedding":
+            return store
+    return None
+
+
+NEIGHBOURS = 8
+_SIMILARITIES_PER_BLOCK = 32_000_000  # float32 similarities held at once (128 MB)
+
+
+def neighbour_edges(store, corpus, k: int = NEIGHBOURS) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's ``k`` nearest rows by anchor embedding and by positive embedding (exact, one matrix
+    product per block of rows), as candidate row pairs for the detectors to judge."""
+    out_a: list[np.ndarray] = []
+    out_b: list[np.ndarray] = []
+    n = corpus.n_rows
+    k = min(k, n - 1)
+    if k <= 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    block_rows = max(1, _SIMILARITIES_PER_BLOCK // n)
+    for matrix, tids in ((store.query, corpus.anchor), (store.doc, corpus.positive)):
+        vectors = np.ascontiguousarray(matrix[tids])
+        for lo in range(0, n, block_rows):
+            block = vectors[lo : lo + block_rows]
+            sims = block @ vectors.T
+            idx = np.arange(lo, min(n, lo + block_rows))
+            sims[np.arange(idx.shape[0]), idx] = -np.inf
+            top = np.argpartition(-sims, k, axis=1)[:, :k]
+            out_a.append(np.repeat(idx, k))
+            out_b.append(top.reshape(-1).astype(np.int64))
+    return np.concatenate(out_a), np.concatenate(out_b)
+
+
+def _judged_edges(
+    prepared: Prepared, edge_a: np.ndarray, edge_b: np.ndarray, threshold: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Keep candidate row pairs that a detector judges related at the severity, in either direction."""
+    from contrast_audit.evidence import Pairs
+    from contrast_audit.judge import _evaluate
+
+    keep = edge_a != edge_b
+    edge_a, edge_b = edge_a[keep], edge_b[keep]
+    if edge_a.shape[0] == 0:
+        return edge_a, edge_b
+    lo, hi = np.minimum(edge_a, edge_b), np.maximum(edge_a, edge_b)
+    unique = np.unique(np.stack([lo, hi], axis=1), axis=0)
+    a = np.r_[unique[:, 0], unique[:, 1]]
+    b = np.r_[unique[:, 1], unique[:, 0]]
+    corpus = prepared.corpus
+    pairs = Pairs("query_to_doc", a, b, np.full(a.shape[0], POSITIVE_ROLE, dtype=np.int64), corpus.positive[b])
+    found, severity, _ = _evaluate(prepared.detectors, pairs)
+    related = found & (severity >= threshold)
+    half = unique.shape[0]
+    related = related[:half] | related[half:]
+    return unique[related, 0], unique[related, 1]
+
+
+def _replan(relations: Relations, cfg: AuditConfig, strategy: str) -> tuple[Plan, int | None]:
+    p = cfg.plan
+    capacities = batch_capacities(relations.n_rows, p.batch_size, p.world_size, p.drop_last)
+    if capacities.shape[0] == 0:
+        raise ConfigError(
+            f"{relations.n_rows} rows make no batch of {p.batch_size * p.world_size} with --drop-last",
+            fix="lower --batch-size or keep the last batch (--keep-last)",
+        )
+    device: list[np.ndarray] = []
+    epochs: list[int] = []
+    left_total = 0
+    for epoch in range(p.epochs):
+        rng = np.random.default_rng([p.seed, epoch])
+        if strategy == "group":
+            batches, left = separate(relations, capacities, rng)
+            left_total += left
+        else:
+            batches = together(relations, capacities, rng)
+        for batch in batches:
+            start = 0
+            for size in rank_sizes(batch.shape[0], p.world_size):
+                device.append(batch[start : start + size])
+                epochs.append(epoch)
+                start += size
+    return Plan.from_batches(device, epochs, strategy), (left_total if strategy == "group" else None)
+
+
+def _batches(
+    prepared: Prepared,
+    plan: Plan,
+    gb,
+    acted: pl.DataFrame,
+    own: pl.DataFrame,
+    strategy: str,
+) -> tuple[list[ManifestBatch], int, int]:
+    """Manifest batches with their entries; the numbers of masked and positive entries."""
+    ids = prepared.corpus.rows.get_column("id")
+    positioned = with_positions(acted, gb).select("batch", "direction", "a_pos", "c_pos", "cand_role")
+    if strategy == "multi-positive":
+        positive_entries = positioned.filter(pl.col("cand_role") <= POSITIVE_ROLE)
+        mask_entries = positioned.filter(pl.col("cand_role") > POSITIVE_ROLE)
+    else:
+        positive_entries = positioned.clear()
+        mask_entries = positioned
+    # A row's own mislabelled hard negative is masked in every batch holding the row (query_to_doc).
+    if own.height:
+        occ = pl.DataFrame(
+            {
+                "batch": np.repeat(np.arange(len(gb), dtype=np.int64), gb.sizes),
+                "anchor_row": gb.rows.astype(np.int64),
+                "a_pos": np.arange(gb.rows.shape[0], dtype=np.int64) - np.repeat(gb.offsets[:-1], gb.sizes),
+            }
+        )
+        self_entries = (
+            own.select("anchor_row", "cand_role")
+            .join(occ, on="anchor_row")
+            .select(
+                "batch",
+                pl.lit("query_to_doc").alias("direction"),
+                "a_pos",
+                pl.col("a_pos").alias("c_pos"),
+                "cand_role",
+            )
+        )
+        mask_entries = pl.concat([mask_entries, self_entries])
+    order = ["batch", "direction", "a_pos", "c_pos", "cand_role"]
+    by_batch_mask = _grouped(mask_entries.unique().sort(order))
+    by_batch_pos = _grouped(positive_entries.unique().sort(order))
+    batches: list[ManifestBatch] = []
+    id_list = ids.to_list()
+    for g in range(len(gb)):
+        rows = gb.rows[gb.offsets[g] : gb.offsets[g + 1]]
+        batches.append(
+            ManifestBatch(
+                batch=g,
+                epoch=int(gb.epoch[g]),
+                rows=tuple(id_list[r] for r in rows.tolist()),
+                ranks=_ranks(plan, gb, g),
+                mask=by_batch_mask.get(g, {}),
+                positives=by_batch_pos.get(g, {}),
+            )
+        )
+    return batches, mask_entries.unique().height, positive_entries.unique().height
+
+
+def _ranks(plan: Plan, gb, g: int) -> tuple[int, ...]:
+    """Sizes of the device batches that make up global batch ``g``."""
+    start, stop = int(gb.offsets[g]), int(gb.offsets[g + 1])
+    first = int(np.searchsorted(plan.offsets, start, side="right") - 1)
+    sizes: list[int] = []
+    d = first
+    covered = start
+    while covered < stop and d < plan.n_batches:
+        size = int(plan.offsets[d + 1] - plan.offsets[d])
+        sizes.append(size)
+        covered += size
+        d += 1
+    return tuple(sizes)
+
+
+def _grouped(entries: pl.DataFrame) -> dict[int, dict[str, list[tuple[int, int, str]]]]:
+    out: dict[int, dict[str, list[tuple[int, int, str]]]] = {}
+    if entries.height == 0:
+        return out
+    roles = {code: role_name(code) for code in entries.get_column("cand_role").unique().to_list()}
+    for batch, direction, a, c, role in entries.iter_rows():
+        out.setdefault(batch, {}).setdefault(direction, []).append((a, c, roles[role]))
+    return out
+
+
+__all__ = ["ManifestResult", "build_manifest", "neighbour_edges", "row_relations"]

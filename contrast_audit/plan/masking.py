@@ -1,0 +1,139 @@
+"""Between judged findings and manifest entries: positions in global batches, both ways."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, role_name
+from contrast_audit.judge import Judgement
+from contrast_audit.plan.batches import GlobalBatches, Plan
+from contrast_audit.plan.manifest import Manifest, is_manifest_header
+
+_ROLE_CODE_SCHEMA = {"batch": pl.Int64, "direction": pl.String, "anchor_row": pl.Int64, "cand_row": pl.Int64}
+
+
+def is_manifest_file(path: str) -> bool:
+    """Whether the plan file's first non-blank line is a manifest header."""
+    try:
+        with Path(path).open(encoding="utf-8-sig") as handle:
+            for line in handle:
+                if line.strip():
+                    return is_manifest_header(json.loads(line))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False  # the plan-file reader reports what is wrong
+    return False
+
+
+def manifest_plan(manifest: Manifest, ids: pl.Series) -> Plan:
+    """The manifest's device batches (each global batch cut into its ranks' slices), rows as indices."""
+    from contrast_audit.errors import InputError
+
+    index = {value: i for i, value in enumerate(ids.to_list())}
+    batches: list[np.ndarray] = []
+    epochs: list[int] = []
+    for number, batch in enumerate(manifest.batches, start=2):
+        unknown = [r for r in batch.rows if r not in index]
+        if unknown:
+            raise InputError(
+                manifest.path,
+                f"unknown row id {unknown[0]!r}",
+                line=number,
+                fix="regenerate the manifest for this data",
+            )
+        rows = np.fromiter((index[r] for r in batch.rows), dtype=np.int64, count=len(batch.rows))
+        start = 0
+        for size in batch.ranks:
+            batches.append(rows[start : start + size])
+            epochs.append(batch.epoch)
+            start += size
+    return Plan.from_batches(batches, epochs, f"manifest:{manifest.strategy}:{manifest.path}")
+
+
+def positions(gb: GlobalBatches) -> pl.DataFrame:
+    """(batch, row, pos): each row's position in each global batch."""
+    batch = np.repeat(np.arange(len(gb), dtype=np.int64), gb.sizes)
+    pos = np.arange(gb.rows.shape[0], dtype=np.int64) - np.repeat(gb.offsets[:-1], gb.sizes)
+    return pl.DataFrame({"batch": batch, "row": gb.rows.astype(np.int64), "pos": pos})
+
+
+def role_label(code: int) -> str:
+    return role_name(code)
+
+
+def with_positions(findings: pl.DataFrame, gb: GlobalBatches) -> pl.DataFrame:
+    """Findings with ``a_pos`` and ``c_pos``, their rows' positions in the finding's global batch."""
+    occ = positions(gb)
+    return findings.join(
+        occ.rename({"row": "anchor_row", "pos": "a_pos"}), on=["batch", "anchor_row"], how="left"
+    ).join(occ.rename({"row": "cand_row", "pos": "c_pos"}), on=["batch", "cand_row"], how="left")
+
+
+def manifest_relations(manifest: Manifest, ids: pl.Series) -> pl.DataFrame:
+    """Every masked or positive entry as (batch, direction, anchor_row, cand_row, cand_role) with the
+    batch numbered as the plan's global batches are (the manifest's line order)."""
+    index = {value: i for i, value in enumerate(ids.to_list())}
+    batch_no: list[int] = []
+    direction: list[str] = []
+    anchor_row: list[int] = []
+    cand_row: list[int] = []
+    cand_role: list[int] = []
+    for g, batch in enumerate(manifest.batches):
+        rows = [index[r] for r in batch.rows]
+        for relation in (batch.mask, batch.positives):
+            for d, entries in relation.items():
+                for a, c, role in entries:
+                    batch_no.append(g)
+                    direction.append(d)
+                    anchor_row.append(rows[a])
+                    cand_row.append(rows[c])
+                    cand_role.append(_role_code(role))
+    return pl.DataFrame(
+        {
+            "batch": batch_no,
+            "direction": direction,
+            "anchor_row": anchor_row,
+            "cand_row": cand_row,
+            "cand_role": cand_role,
+        },
+        schema={**_ROLE_CODE_SCHEMA, "cand_role": pl.Int64},
+    ).unique()
+
+
+def _role_code(role: str) -> int:
+    if role == "anchor":
+        return ANCHOR_ROLE
+    if role == "positive":
+        return POSITIVE_ROLE
+    return int(role.removeprefix("negative_"))
+
+
+def mark_masked(judgement: Judgement, manifest: Manifest, ids: pl.Series, plan: Plan, world_size: int) -> Judgement:
+    """Flag the findings (and own hard negatives) that the manifest masks or marks as positives."""
+    relations = manifest_relations(manifest, ids).with_columns(pl.lit(True).alias("_hit"))
+    keys = ["batch", "direction", "anchor_row", "cand_row", "cand_role"]
+    findings = (
+        judgement.findings.join(relations, on=keys, how="left")
+        .with_columns(pl.col("_hit").fill_null(False).alias("masked"))
+        .drop("_hit")
+    )
+    own = (
+        relations.filter((pl.col("anchor_row") == pl.col("cand_row")) & (pl.col("cand_role") > 0))
+        .select("anchor_row", "cand_role")
+        .unique()
+        .with_columns(pl.lit(True).alias("_hit"))
+    )
+    mislabelled = (
+        judgement.mislabelled.join(own, on=["anchor_row", "cand_role"], how="left")
+        .with_columns(pl.col("_hit").fill_null(False).alias("masked"))
+        .drop("_hit")
+    )
+    judgement.findings = findings.select(judgement.findings.columns)
+    judgement.mislabelled = mislabelled.select(judgement.mislabelled.columns)
+    return judgement
+
+
+__all__ = ["is_manifest_file", "manifest_plan", "manifest_relations", "mark_masked", "positions", "with_positions"]

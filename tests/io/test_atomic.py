@@ -1,0 +1,223 @@
+"""OutputTarget: checked before the work, written atomically, never destroying an input."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from contrast_audit.errors import ConfigError
+from contrast_audit.io.atomic import OutputTarget, check_output_dir, remove_stale_temporaries, write_atomic
+
+
+def _temps(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.iterdir() if p.name.endswith(".tmp"))
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"anchor": "a", "positive": "b"}\n')
+    return path
+
+
+def test_writes_atomically_and_leaves_no_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "report.json"
+    with OutputTarget(target) as out:
+        assert len(_temps(tmp_path)) == 1  # proven writable before the work
+        out.write("{}\n")
+    assert target.read_text() == "{}\n"
+    assert _temps(tmp_path) == []
+
+
+@pytest.mark.parametrize("how", ["same path", "relative path", "symlink", "hard link"])
+def test_refuses_an_input_file(tmp_path: Path, data: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    before = data.read_bytes()
+    if how == "same path":
+        target = data
+    elif how == "relative path":
+        monkeypatch.chdir(tmp_path)
+        target = Path("./sub/../in.jsonl")
+        (tmp_path / "sub").mkdir()
+    elif how == "symlink":
+        target = tmp_path / "link.jsonl"
+        target.symlink_to(data)
+    else:
+        target = tmp_path / "hard.jsonl"
+        os.link(data, target)
+    with pytest.raises(ConfigError, match="is the input file"):
+        OutputTarget(target, inputs=[str(data)])
+    assert data.read_bytes() == before
+    assert _temps(tmp_path) == []
+
+
+@pytest.mark.parametrize("path", ["", "   "])
+def test_refuses_empty(path: str) -> None:
+    with pytest.raises(ConfigError, match="is empty"):
+        OutputTarget(path)
+
+
+def test_refuses_a_directory(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="is a directory"):
+        OutputTarget(tmp_path)
+    with pytest.raises(ConfigError, match="is a directory"):
+        OutputTarget(str(tmp_path / "new") + "/")
+
+
+def test_refuses_a_missing_directory(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        OutputTarget(tmp_path / "missing" / "report.json")
+
+
+def test_refuses_an_unwritable_place() -> None:
+    with pytest.raises(ConfigError, match="cannot write"):
+        OutputTarget("/proc/x")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+def test_refuses_a_read_only_directory(tmp_path: Path) -> None:
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        with pytest.raises(ConfigError, match="cannot write"):
+            OutputTarget(ro / "report.json")
+    finally:
+        ro.chmod(0o755)
+
+
+def test_special_files_are_written_into() -> None:
+    with OutputTarget("/dev/null") as out:
+        assert out.special
+        out.write("discarded")
+    assert Path("/dev/null").is_char_device()
+
+
+def test_fifo_is_written_into(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    with OutputTarget(fifo) as out:
+        out.write("through the pipe")
+    reader.join(5)
+    assert got == [b"through the pipe"]
+    assert fifo.is_fifo()
+
+
+def test_symlink_target_is_replaced_next_to_the_real_file(tmp_path: Path) -> None:
+    real_dir = tmp_path / "real"
+    real_dir.mkdir()
+    real = real_dir / "report.txt"
+    real.write_text("old")
+    link = tmp_path / "link.txt"
+    link.symlink_to(real)
+    with OutputTarget(link) as out:
+        assert _temps(real_dir) != []
+        out.write("new")
+    assert link.is_symlink() and real.read_text() == "new"
+    assert _temps(real_dir) == [] and _temps(tmp_path) == []
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077, 0o002])
+def test_new_file_respects_umask(tmp_path: Path, mask: int) -> None:
+    old = os.umask(mask)
+    try:
+        write_atomic(tmp_path / "r.txt", "x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "r.txt").stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+def test_existing_file_keeps_its_mode(tmp_path: Path) -> None:
+    target = tmp_path / "r.txt"
+    target.write_text("old")
+    target.chmod(0o640)
+    write_atomic(target, "new")
+    assert target.stat().st_mode & 0o777 == 0o640 and target.read_text() == "new"
+
+
+def test_disk_full_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "r.txt"
+    target.write_text("old report")
+    out = OutputTarget(target)
+
+    def full(fd: int, data: object) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(ConfigError, match="disk is full.*unchanged"):
+        out.write("new report")
+    monkeypatch.undo()
+    assert target.read_text() == "old report"
+    assert _temps(tmp_path) == []
+
+
+def test_disk_full_on_a_special_file_is_a_clear_error() -> None:
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full")
+    with pytest.raises(ConfigError, match="disk is full"):
+        OutputTarget("/dev/full").write("x" * 10)
+
+
+def test_an_error_during_the_work_leaves_no_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "r.txt"
+    with pytest.raises(RuntimeError), OutputTarget(target):
+        raise RuntimeError("scan failed")
+    assert not target.exists() and _temps(tmp_path) == []
+
+
+def test_stale_temporaries_of_dead_processes_are_removed(tmp_path: Path) -> None:
+    target = tmp_path / "r.txt"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f".r.txt.{dead.stdout.strip()}.abcd.tmp"
+    live = tmp_path / f".r.txt.{os.getpid()}.efgh.tmp"
+    other = tmp_path / ".other.txt.1.abcd.tmp"
+    for p in (stale, live, other):
+        p.write_text("partial")
+    assert remove_stale_temporaries(target) == [stale]
+    write_atomic(target, "x")
+    assert not stale.exists() and live.exists() and other.exists()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signal_removes_the_temporary(tmp_path: Path, signum: int) -> None:
+    target = tmp_path / "r.txt"
+    code = (
+        "import sys, time\n"
+        "from contrast_audit.io.atomic import OutputTarget\n"
+        f"out = OutputTarget({str(target)!r})\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == b"ready"
+    assert len(_temps(tmp_path)) == 1
+    proc.send_signal(signum)
+    proc.wait(10)
+    assert proc.returncode != 0
+    deadline = time.monotonic() + 5
+    while _temps(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _temps(tmp_path) == [] and not target.exists()
+
+
+def test_check_output_dir(tmp_path: Path, data: Path) -> None:
+    out = check_output_dir(tmp_path / "a" / "b")
+    assert out.is_dir() and list(out.iterdir()) == []
+    with pytest.raises(ConfigError, match="is a file"):
+        check_output_dir(data)
+    with pytest.raises(ConfigError, match="is empty"):
+        check_output_dir("")
+    with pytest.raises(ConfigError, match="cannot write"):
+        check_output_dir("/proc/x")

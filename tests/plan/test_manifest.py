@@ -1,0 +1,237 @@
+"""``contrast-audit manifest``: the three strategies, the file format, re-audits and the fingerprint."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from contrast_audit.cli import app
+from contrast_audit.errors import InputError
+from contrast_audit.plan.manifest import data_fingerprint, read_manifest
+
+LEXICAL = ("--no-embeddings",)
+
+
+def clustered_rows(clusters: int = 6, size: int = 4, singles: int = 40) -> list[dict]:
+    """``clusters`` groups of ``size`` rows sharing one anchor text (each other's certain false negatives),
+    a mislabelled hard negative, and distinct single rows."""
+    rows: list[dict] = []
+    for c in range(clusters):
+        for k in range(size):
+            rows.append(
+                {
+                    "id": f"c{c}-{k}",
+                    "anchor": f"question number {c} about topic {c * 7}",
+                    "positive": f"answer {k} to cluster {c}: a distinct passage {c}-{k}",
+                }
+            )
+    for s in range(singles):
+        rows.append({"id": f"s{s}", "anchor": f"lone query {s} zeta{s}", "positive": f"lone passage {s} omega{s}"})
+    rows[-1]["negative"] = rows[-1]["positive"].upper()  # the same text: a mislabelled negative
+    return rows
+
+
+def manifest(path: Path, out: Path, *args: str):
+    return CliRunner().invoke(app, ["manifest", str(path), "--out", str(out), "-q", *LEXICAL, *args])
+
+
+def scan_json(path: Path, *args: str) -> tuple[int, dict]:
+    result = CliRunner().invoke(app, ["scan", str(path), "--format", "json", "-q", *LEXICAL, *args])
+    return result.exit_code, json.loads(result.stdout) if result.stdout.strip().startswith("{") else {}
+
+
+def batches_of(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()[1:]]
+
+
+@pytest.mark.parametrize("strategy", ["mask", "group", "multi-positive"])
+def test_manifests_are_deterministic_and_reaudit_clean(pairs_file, tmp_path, strategy):
+    data = pairs_file(clustered_rows())
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    for out in (first, second):
+        result = manifest(data, out, "--strategy", strategy, "--batch-size", "16", "--epochs", "2")
+        assert result.exit_code == 0, result.output
+    assert first.read_bytes() == second.read_bytes()
+    header = json.loads(first.read_text().splitlines()[0])
+    assert header["kind"] == "contrast-audit-manifest" and header["schema_version"] == "1"
+    assert header["strategy"] == strategy and header["fingerprint"].startswith("sha256:")
+    assert header["counts"]["batches"] == 2 * 4  # 64 rows in batches of 16, two epochs
+
+    # every row exactly once per epoch
+    per_epoch = Counter((b["epoch"], r) for b in batches_of(first) for r in b["rows"])
+    assert set(per_epoch.values()) == {1} and len(per_epoch) == 2 * 64
+
+    code, report = scan_json(data, "--plan", str(first), "--fail-on", "certain>0", "--fail-on", "likely>0")
+    assert code == 0, report
+    assert report["counts"]["findings"] == 0 and report["counts"]["mislabelled_negatives"] == 0
+    assert report["counts"]["masked"]["mislabelled_negatives"] == 1
+    assert all(f["masked"] for f in report["findings"])
+
+
+def test_mask_keeps_the_plan_and_masks_what_scan_finds(pairs_file, tmp_path):
+    data = pairs_file(clustered_rows())
+    out = tmp_path / "m.jsonl"
+    assert manifest(data, out, "--batch-size", "16", "--seed", "3").exit_code == 0
+    _, plain = scan_json(data, "--batch-size", "16", "--seed", "3")
+    plan_rows = [b["rows"] for b in batches_of(out)]
+    # the same batches as the sampler's plan: the scan's findings name rows that share a manifest batch
+    for finding in plain["findings"]:
+        batch = plan_rows[finding["batch"]]
+        assert finding["anchor_id"] in batch and finding["candidate_id"] in batch
+    masked = sum(len(v) for b in batches_of(out) for v in b.get("mask", {}).values())
+    assert masked == plain["counts"]["findings"] + plain["counts"]["mislabelled_negatives"]
+    # the mislabelled negative is masked as [a, a, "negative_1"] where its row sits
+    own = [e for b in batches_of(out) for e in b.get("mask", {}).get("query_to_doc", []) if len(e) == 3]
+    assert own and all(e[0] == e[1] and e[2] == "negative_1" for e in own)
+
+
+def test_group_separates_planted_clusters(pairs_file, tmp_path):
+    data = pairs_file(clustered_rows(clusters=6, size=4, singles=40))
+    out = tmp_path / "g.jsonl"
+    assert manifest(data, out, "--strategy", "group", "--batch-size", "16").exit_code == 0
+    header = json.loads(out.read_text().splitlines()[0])
+    assert header["counts"]["conflicts_left"] == 0 and header["counts"]["rows_not_separated"] == 0
+    for batch in batches_of(out):
+        clusters = [r.split("-")[0] for r in batch["rows"] if r.startswith("c")]
+        assert len(clusters) == len(set(clusters)), batch["rows"]
+        assert not batch.get("positives")
+    _, report = scan_json(data, "--plan", str(out))
+    assert [f for f in report["findings"] if not f["masked"]] == []
+    assert sum(1 for f in report["findings"]) == 0  # separated, nothing left to mask
+
+
+def test_group_masks_what_cannot_be_separated(pairs_file, tmp_path):
+    # a cluster of 6 rows in 4 batches of 16: two batches must hold two of its rows
+    data = pairs_file(clustered_rows(clusters=1, size=6, singles=58))
+    out = tmp_path / "g.jsonl"
+    assert manifest(data, out, "--strategy", "group", "--batch-size", "16").exit_code == 0
+    counts = json.loads(out.read_text().splitlines()[0])["counts"]
+    assert counts["conflicts_left"] == 4 and counts["rows_not_separated"] == 2  # 2 pairs, both directions
+    code, report = scan_json(data, "--plan", str(out), "--fail-on", "findings>0")
+    assert code == 0 and report["counts"]["masked"]["findings"] == 4
+
+
+def test_multi_positive_keeps_clusters_together_as_positives(pairs_file, tmp_path):
+    data = pairs_file(clustered_rows(clusters=3, size=4, singles=20))
+    out = tmp_path / "mp.jsonl"
+    assert manifest(data, out, "--strategy", "multi-positive", "--batch-size", "16").exit_code == 0
+    for batch in batches_of(out):
+        rows = batch["rows"]
+        members = Counter(r.split("-")[0] for r in rows if r.startswith("c"))
+        assert set(members.values()) <= {4}  # each cluster whole in one batch
+        positives = batch.get("positives", {}).get("query_to_doc", [])
+        assert len(positives) == sum(n * (n - 1) for n in members.values())
+        for a, c in positives:
+            assert rows[a].split("-")[0] == rows[c].split("-")[0] and a != c
+
+
+def test_world_size_slices_and_positions_follow_gather_order(pairs_file, tmp_path):
+    data = pairs_file(clustered_rows(clusters=6, size=4, singles=40))
+    out = tmp_path / "w.jsonl"
+    args = ("--batch-size", "8", "--world-size", "2", "--seed", "5")
+    assert manifest(data, out, *args).exit_code == 0
+    batches = batches_of(out)
+    assert all(b["ranks"] == [8, 8] for b in batches) and len(batches) == 4
+    _, report = scan_json(data, *args)
+    expected = {
+        (f["batch"], f["anchor_id"], f["candidate_id"]) for f in report["findings"] if f["candidate_role"] == "positive"
+    }
+    found = {
+        (b["batch"], b["rows"][e[0]], b["rows"][e[1]])
+        for b in batches
+        for e in b.get("mask", {}).get("query_to_doc", [])
+        if len(e) == 2
+    }
+    assert found == expected and expected
+    # the same relations re-audited from the manifest (its world size is taken from the header)
+    _, again = scan_json(data, "--plan", str(out))
+    assert again["plan"]["world_size"] == 2 and again["counts"]["findings"] == 0
+    assert again["counts"]["masked"]["findings"] == report["counts"]["findings"]
+
+
+def test_group_batches_are_equal_on_every_rank(pairs_file, tmp_path):
+    data = pairs_file(clustered_rows(clusters=6, size=4, singles=46))  # 70 rows
+    out = tmp_path / "g.jsonl"
+    assert manifest(data, out, "--strategy", "group", "--batch-size", "8", "--world-size", "2").exit_code == 0
+    ranks = [b["ranks"] for b in batches_of(out)]
+    assert all(len(r) == 2 for r in ranks) and ranks[-1] == [3, 3]
+    assert sum(sum(r) for r in ranks) == 70
+
+
+def test_a_manifest_for_other_data_is_refused(pairs_file, tmp_path):
+    rows = clustered_rows()
+    data = pairs_file(rows)
+    out = tmp_path / "m.jsonl"
+    assert manifest(data, out, "--batch-size", "16").exit_code == 0
+    fingerprint = json.loads(out.read_text().splitlines()[0])["fingerprint"]
+    rows[3]["positive"] = "a changed passage"
+    changed = pairs_file(rows, "changed.jsonl")
+    result = CliRunner().invoke(app, ["scan", str(changed), "--plan", str(out), *LEXICAL])
+    assert result.exit_code == 2
+    assert fingerprint in result.stderr and "was planned for other data" in result.stderr
+
+
+def test_fingerprint_covers_every_mapped_column(pairs_file):
+    import polars as pl
+
+    from contrast_audit.config import ColumnMapping
+    from contrast_audit.io import load_rows
+
+    rows = load_rows([str(pairs_file(clustered_rows()))], ColumnMapping()).rows
+    base = data_fingerprint(rows)
+    assert base == data_fingerprint(rows.clone())
+    for change in (
+        pl.col("id").str.replace("s1$", "s1x"),
+        pl.col("anchor").str.replace("^lone query 1 ", "lone query 1  "),
+        pl.when(pl.int_range(pl.len()) == 0).then(pl.lit(["x"])).otherwise(pl.col("negatives")).alias("negatives"),
+        pl.when(pl.int_range(pl.len()) == 0).then(pl.lit("g")).otherwise(pl.col("group")).alias("group"),
+    ):
+        assert data_fingerprint(rows.with_columns(change)) != base
+
+
+@pytest.mark.parametrize(
+    "lines, message",
+    [
+        (['{"rows": ["a"]}'], "not a manifest header"),
+        (['{"kind": "contrast-audit-manifest", "schema_version": "9"}'], "schema version"),
+        (
+            [
+                '{"kind": "contrast-audit-manifest", "schema_version": "1", "strategy": "mask", "fingerprint": "x", "plan": {}, "loss": {}}',
+                '{"rows": ["a", "b"], "mask": {"query_to_doc": [[0, 5]]}}',
+            ],
+            "bad entry",
+        ),
+        (
+            [
+                '{"kind": "contrast-audit-manifest", "schema_version": "1", "strategy": "mask", "fingerprint": "x", "plan": {}, "loss": {}}',
+                '{"rows": ["a", "b"], "ranks": [1, 2]}',
+            ],
+            "ranks",
+        ),
+    ],
+)
+def test_read_manifest_locates_problems(tmp_path, lines, message):
+    path = tmp_path / "m.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError) as info:
+        read_manifest(path)
+    assert message in str(info.value) and f"{path}:" in str(info.value)
+
+
+def test_strategy_and_severity_are_checked(pairs_file, tmp_path):
+    data = pairs_file(clustered_rows())
+    result = manifest(data, tmp_path / "x.jsonl", "--strategy", "random")
+    assert result.exit_code == 2
+    result = manifest(data, tmp_path / "x.jsonl", "--strategy", "group", "--plan", str(tmp_path / "p.jsonl"))
+    assert result.exit_code == 2 and not (tmp_path / "x.jsonl").exists()
+
+
+def test_the_manifest_never_overwrites_its_data(pairs_file):
+    data = pairs_file(clustered_rows())
+    before = data.read_bytes()
+    result = manifest(data, data)
+    assert result.exit_code == 2 and "--out" in result.stderr and data.read_bytes() == before

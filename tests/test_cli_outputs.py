@@ -1,0 +1,162 @@
+"""``--output`` through the CLI: checked before the scan, never an input, format from the extension;
+silent no-ops reported as warnings on stderr and in the report."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import contrast_audit.api as api
+from contrast_audit.cli import app
+
+LEXICAL = ("--no-embeddings", "--no-minhash")
+RUNNER = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    rows = [{"anchor": f"query {i % 5}", "positive": f"document {i % 5}"} for i in range(12)]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def scan(*args: str):
+    return RUNNER.invoke(app, ["scan", *args, "--quiet", *LEXICAL])
+
+
+@pytest.fixture
+def no_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The output check happens before the scan: a scan here is a failure."""
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the scan ran before the output was checked")
+
+    monkeypatch.setattr(api, "audit", boom)
+
+
+@pytest.mark.parametrize("target", ["in.jsonl", "./in.jsonl", "link.jsonl", "hard.jsonl"])
+def test_output_naming_the_input_is_refused(tmp_path: Path, no_scan: None, target: str) -> None:
+    import os
+
+    (tmp_path / "link.jsonl").symlink_to(tmp_path / "in.jsonl")
+    os.link(tmp_path / "in.jsonl", tmp_path / "hard.jsonl")
+    before = (tmp_path / "in.jsonl").read_bytes()
+    result = scan("in.jsonl", "--output", target)
+    assert result.exit_code == 2, result.output
+    assert "is the input file" in result.stderr
+    assert (tmp_path / "in.jsonl").read_bytes() == before
+
+
+def test_output_naming_the_plan_or_settings_file_is_refused(tmp_path: Path, no_scan: None) -> None:
+    (tmp_path / "plan.jsonl").write_text('{"rows": ["0", "1"]}\n')
+    (tmp_path / "contrast-audit.toml").write_text("seed = 1\n")
+    assert scan("in.jsonl", "--plan", "plan.jsonl", "--output", "plan.jsonl").exit_code == 2
+    assert scan("in.jsonl", "--output", "contrast-audit.toml").exit_code == 2
+    assert (tmp_path / "contrast-audit.toml").read_text() == "seed = 1\n"
+
+
+@pytest.mark.parametrize(
+    "target, needle",
+    [(".", "is a directory"), ("", "is empty"), ("missing/r.json", "does not exist"), ("/proc/x", "cannot write")],
+)
+def test_bad_output_exits_2_before_the_scan(no_scan: None, target: str, needle: str) -> None:
+    result = scan("in.jsonl", "--output", target)
+    assert result.exit_code == 2, result.output
+    assert needle in result.stderr
+
+
+def test_output_to_dev_null() -> None:
+    result = scan("in.jsonl", "--output", "/dev/null", "--format", "json")
+    assert result.exit_code == 0, result.output
+
+
+def test_symlinked_output_stays_a_link(tmp_path: Path) -> None:
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "r.json").write_text("old")
+    (tmp_path / "latest.json").symlink_to(tmp_path / "reports" / "r.json")
+    assert scan("in.jsonl", "--output", "latest.json").exit_code == 0
+    assert (tmp_path / "latest.json").is_symlink()
+    assert json.loads((tmp_path / "reports" / "r.json").read_text())["counts"]["rows"] == 12
+
+
+@pytest.mark.parametrize(
+    "name, check",
+    [
+        ("r.html", lambda t: t.startswith("<!DOCTYPE html>")),
+        ("r.HTM", lambda t: t.startswith("<!DOCTYPE html>")),
+        ("r.json", lambda t: json.loads(t)["counts"]["rows"] == 12),
+        ("r.md", lambda t: t.startswith("# contrast-audit scan")),
+        ("r.txt", lambda t: t.startswith("contrast-audit scan")),
+        ("r.out", lambda t: t.startswith("contrast-audit scan")),
+    ],
+)
+def test_format_from_the_extension(tmp_path: Path, name: str, check) -> None:
+    result = scan("in.jsonl", "--output", name)
+    assert result.exit_code == 0, result.output
+    assert check((tmp_path / name).read_text())
+
+
+def test_format_that_contradicts_the_extension_is_refused(no_scan: None) -> None:
+    result = scan("in.jsonl", "--output", "r.html", "--format", "json")
+    assert result.exit_code == 2 and "contradicts" in result.stderr
+
+
+def test_negatives_refuses_a_format_it_cannot_write(no_scan: None) -> None:
+    result = RUNNER.invoke(app, ["negatives", "in.jsonl", "--output", "r.md", "--quiet"])
+    assert result.exit_code == 2 and "writes text or json" in result.stderr
+
+
+def test_negatives_help_lists_only_its_formats() -> None:
+    result = RUNNER.invoke(app, ["negatives", "--help"], env={"COLUMNS": "200"})
+    text = re.sub(r"[\s│]+", " ", result.output)
+    assert "<text|json>" in text
+    assert "markdown" not in text and "html" not in text
+
+
+# --- silent no-ops become warnings --------------------------------------------------------------
+
+
+def _json(result) -> dict:
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_zero_comparison_sets_is_a_warning() -> None:
+    result = scan("in.jsonl", "--drop-last", "--batch-size", "64", "--format", "json")
+    report = _json(result)
+    assert report["counts"]["batches"] == 0
+    assert any("no comparison sets" in w for w in report["warnings"])
+    assert "warning: no comparison sets" in result.stderr
+    assert "12 of 12 rows are in no batch" in result.stderr
+
+
+def test_plan_leaving_rows_out_and_ignored_batch_size(tmp_path: Path) -> None:
+    (tmp_path / "plan.jsonl").write_text('{"rows": ["0", "1", "2"]}\n')
+    result = scan("in.jsonl", "--plan", "plan.jsonl", "--batch-size", "8", "--format", "json")
+    report = _json(result)
+    assert any("batch-size 8 ignored" in w for w in report["warnings"])
+    assert any("9 of 12 rows are in no batch" in w for w in report["warnings"])
+    assert "batch-size 8 ignored" in result.stderr
+
+
+def test_same_file_twice_is_a_warning_in_the_report() -> None:
+    result = scan("in.jsonl", "in.jsonl", "--format", "json")
+    report = _json(result)
+    assert any("in.jsonl is given twice" in w for w in report["warnings"])
+    assert "given twice" in result.stderr
+
+
+def test_warnings_in_text_and_markdown(tmp_path: Path) -> None:
+    assert scan("in.jsonl", "--drop-last", "--batch-size", "64", "--output", "r.md").exit_code == 0
+    assert "**warning**: no comparison sets" in (tmp_path / "r.md").read_text()
+    assert scan("in.jsonl", "--drop-last", "--batch-size", "64", "--output", "r.txt").exit_code == 0
+    assert "warning  no comparison sets" in (tmp_path / "r.txt").read_text()
+
+
+def test_a_clean_scan_has_no_warnings() -> None:
+    result = scan("in.jsonl", "--format", "json")
+    assert _json(result)["warnings"] == [] and "warning" not in result.stderr
