@@ -302,6 +302,8 @@ class Encoder:
         n = len(texts)
         found, cached = cache.lookup(keys) if cache is not None else (np.zeros(n, dtype=bool), None)
         missing = np.flatnonzero(~found)
+        if missing.size == 0 and cached is not None:
+            return cached, 0  # all indexed: no second copy of a large matrix
         dim = cached.shape[1] if cached is not None and cached.shape[0] else None
         new = None
         if missing.size:

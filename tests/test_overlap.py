@@ -288,3 +288,23 @@ def test_embedding_overlaps_are_found_guarded_and_indexed(tmp_path):
     assert result.overlap_info["embeddings_computed"] == 4
     again = audit([str(new)], cfg).overlap_info
     assert again["embeddings_computed"] == 0 and again["embeddings_indexed"] == 4
+
+
+def test_reference_tables_in_the_settings_file(tmp_path):
+    from contrast_audit.config import ColumnMapping, load_config_file
+    from contrast_audit.errors import ConfigError
+
+    path = tmp_path / "contrast-audit.toml"
+    path.write_text(
+        '[against]\npaths = "old/*.jsonl"\nanchor = "q"\npositive = "a"\nnegative = "n"\n'
+        '[eval]\npaths = ["eval/"]\ntext = "question"\n',
+        encoding="utf-8",
+    )
+    settings, _ = load_config_file(path)
+    ref = build_config(settings).reference
+    assert ref.against == ("old/*.jsonl",) and ref.eval == ("eval/",) and ref.eval_text == "question"
+    assert ref.against_columns == ColumnMapping(anchor="q", positive="a", negatives=("n",))
+    assert ref.eval_columns is None
+    path.write_text('[against]\ntext = "question"\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match="unknown setting 'against.text'"):
+        load_config_file(path)
