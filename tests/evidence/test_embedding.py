@@ -132,12 +132,15 @@ def test_policy_wires_detectors_from_config():
     detectors = default_detectors(build_config({}))
     names = [d.name for d in detectors]
     assert set(names) == set(REGISTRY)  # every detector a scan runs is registered, and vice versa
-    assert names == ["exact", "same-anchor", "declared", "linked", "minhash", "embedding", "anchor-embedding", "margin"]
-    margin = detectors[-1].inner  # semantic detectors sit behind the guards
-    assert detectors[-1].info()["number_guard_words"] == 50
-    assert "alignment_threshold" not in detectors[-1].info()  # the margin rule is not a near-duplicate claim
-    assert detectors[-2].info()["alignment_threshold"] == 0.8
-    assert detectors[-2].info()["alignment_match"] == 0.7
+    assert names == ["exact", "same-anchor", "declared", "linked", "minhash", "embedding", "anchor-embedding", "margin", "pair"]
+    by_name = {d.name: d for d in detectors}
+    margin = by_name["margin"].inner  # semantic detectors sit behind the guards
+    assert by_name["margin"].info()["number_guard_words"] == 50
+    assert "alignment_threshold" not in by_name["margin"].info()  # the margin rule is not a near-duplicate claim
+    assert "alignment_threshold" not in by_name["pair"].info()  # nor is pair evidence
+    assert by_name["pair"].info()["number_guard_words"] == 50
+    assert by_name["anchor-embedding"].info()["alignment_threshold"] == 0.8
+    assert by_name["anchor-embedding"].info()["alignment_match"] == 0.7
     assert (margin.relative_margin, margin.absolute_margin, margin.support, margin.report_suspects) == (
         0.25,
         None,
@@ -146,7 +149,7 @@ def test_policy_wires_detectors_from_config():
     )
     absolute = default_detectors(
         build_config({"minhash": False, "absolute_margin": 0.05, "margin": True, "number_guard": 0})
-    )[-1]
+    )[-2]
     assert (absolute.relative_margin, absolute.absolute_margin, absolute.report_suspects) == (None, 0.05, True)
     off = [d.name for d in default_detectors(build_config({"minhash": False, "embeddings": False}))]
     assert off == ["exact", "same-anchor", "declared", "linked"]
@@ -158,7 +161,7 @@ def test_policy_wires_detectors_from_config():
         build_config({"alignment": 1.2})
     with pytest.raises(ConfigError, match="alignment-match"):
         build_config({"alignment_match": -0.1})
-    soft = default_detectors(build_config({"alignment_match": 0}))[-2]
+    soft = default_detectors(build_config({"alignment_match": 0}))[-3]
     assert soft.info()["alignment_match"] == 0.0
     unaligned = default_detectors(build_config({"alignment": 0}))
     assert all(not any(isinstance(g, AlignmentGuard) for g in d.guards) for d in unaligned if hasattr(d, "guards"))
