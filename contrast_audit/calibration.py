@@ -7,7 +7,7 @@ like in this data and this model. For each role pairing (query–query, doc–do
 - query–doc: the bar is the ``quantile`` of the rows' own sim(anchor, positive);
 - query–query and doc–doc have no labelled positives; their bar sits as many standard deviations
   above that pairing's random pairs as the query–doc bar sits above random query–doc pairs;
-- every bar is held at or above its floor: the larger of ``floor`` and the 99.9th percentile of
+- every bar is held at or above its floor: the larger of ``floor`` and the 99th percentile of
   that pairing's random pairs, so a data set of loose pairs cannot make everything a duplicate.
 
 Rows whose positive is their anchor (SimCSE style) say nothing about what a positive looks like;
@@ -26,7 +26,7 @@ import numpy as np
 PAIRINGS = ("query_query", "doc_doc", "query_doc")
 MIN_ROWS = 50
 RANDOM_PAIRS = 20_000
-FLOOR_QUANTILE = 0.999
+FLOOR_QUANTILE = 0.99
 _SHOWN = (0.05, 0.25, 0.5, 0.75, 0.95)
 
 
@@ -79,7 +79,7 @@ def calibrate(
     """Bars from the rows' own cosines ``positive`` (rows whose anchor is not their positive) and
     random pairs' cosines per pairing ``random``."""
     positive = np.asarray(positive, dtype=np.float64)
-    shown = {k: _quantiles(np.asarray(v, dtype=np.float64), (0.5, 0.99, FLOOR_QUANTILE)) for k, v in random.items()}
+    shown = {k: _quantiles(np.asarray(v, dtype=np.float64), (0.5, FLOOR_QUANTILE)) for k, v in random.items()}
     n_random = int(min((v.shape[0] for v in random.values()), default=0))
     if positive.shape[0] < MIN_ROWS or n_random == 0:
         out = fixed(fallback, f"{positive.shape[0]} rows with a positive of their own, fewer than {MIN_ROWS}")

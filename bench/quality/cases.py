@@ -917,7 +917,7 @@ def build_natural(
     data_dir: Path,
     out_dir: Path,
     *,
-    max_pairs: int = 256,
+    max_pairs: int = 128,
     batch_size: int = CAPTION_BATCH_SIZE,
     seed: int = DEFAULT_SEED,
     part: str = "all",

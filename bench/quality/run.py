@@ -246,7 +246,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=None,
         help=f"cap per label (paraphrase, distractor); default {DEFAULT_MAX_PAIRS}, captions 400, "
-        "natural 256 images per draw",
+        "natural 128 images per draw",
     )
     parser.add_argument(
         "--batch-size", type=int, default=None, help=f"default {DEFAULT_BATCH_SIZE}, 64 for captions and natural"
