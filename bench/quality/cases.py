@@ -41,6 +41,9 @@ from typing import Any, TypeVar
 PARAPHRASE = "paraphrase"
 DISTRACTOR = "distractor"
 RANDOM = "random"
+# An in-batch pair the data set does not judge and cannot be assumed unrelated (two questions of a forum
+# asked under different originals may be the same question): in the truth, never scored.
+UNJUDGED = "unjudged"
 KINDS = (PARAPHRASE, DISTRACTOR, RANDOM)
 
 DEFAULT_MAX_PAIRS = 600
@@ -204,8 +207,11 @@ def plan_batches(pairs: Sequence[LabelledPair], batch_size: int, seed: int) -> l
     return batches
 
 
-def truth_records(batches: Sequence[Sequence[str]], pairs: Sequence[LabelledPair]) -> list[dict[str, Any]]:
-    """One record per ordered in-batch pair (anchor row, other row), in plan order."""
+def truth_records(
+    batches: Sequence[Sequence[str]], pairs: Sequence[LabelledPair], other: str = RANDOM
+) -> list[dict[str, Any]]:
+    """One record per ordered in-batch pair (anchor row, other row), in plan order; pairs of rows of
+    different labelled pairs get kind ``other`` (label 0)."""
     pair_of = {row.id: pair for pair in pairs for row in (pair.first, pair.second)}
     records = []
     for b, ids in enumerate(batches):
@@ -217,7 +223,7 @@ def truth_records(batches: Sequence[Sequence[str]], pairs: Sequence[LabelledPair
                 if pair_of[candidate_id] is own:
                     label, kind = own.label, own.kind
                 else:
-                    label, kind = 0, RANDOM
+                    label, kind = 0, other
                 records.append(
                     {"anchor_id": anchor_id, "candidate_id": candidate_id, "label": label, "kind": kind, "batch": b}
                 )
@@ -250,6 +256,7 @@ def write_case(
     dropped: dict[str, int],
     params: dict[str, Any],
     notes: str = "",
+    other: str = RANDOM,
 ) -> Case:
     """Check the rows, plan them, derive the truth and write the four files."""
     if not pairs:
@@ -257,7 +264,7 @@ def write_case(
     rows = [row for pair in pairs for row in (pair.first, pair.second)]
     check_disjoint(rows)
     batches = plan_batches(pairs, batch_size, seed)
-    truth = truth_records(batches, pairs)
+    truth = truth_records(batches, pairs, other)
     out_dir = Path(out_dir)
     write_atomic(out_dir / "pairs.jsonl", _jsonl(asdict(row) for row in rows))
     write_atomic(out_dir / "plan.jsonl", _jsonl({"rows": ids} for ids in batches))
@@ -269,7 +276,7 @@ def write_case(
         batches=len(batches),
         batch_size=batch_size,
         pairs=dict(Counter(pair.kind for pair in pairs)),
-        truth={kind: sum(1 for r in truth if r["kind"] == kind) for kind in KINDS},
+        truth={kind: n for kind in (*KINDS, UNJUDGED) if (n := sum(1 for r in truth if r["kind"] == kind))},
         positives=sum(r["label"] for r in truth),
         dropped=dict(dropped),
         params=dict(params),
@@ -1056,7 +1063,9 @@ def build_cqa(
         dropped=dict(sorted(dropped.items())),
         params={"files": [CQA_FILE], "max_pairs": max_pairs, "batch_size": batch_size, "seed": seed, "part": part},
         notes="paraphrase = PerfectMatch questions (same question asked again); distractor = a Relevant or "
-        "Irrelevant question the search engine returned for an original with no PerfectMatch.",
+        "Irrelevant question the search engine returned for an original with no PerfectMatch; questions of "
+        "different originals are unjudged (the forum repeats its questions) and not scored.",
+        other=UNJUDGED,
     )
 
 

@@ -7,6 +7,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
+
 from bench.quality.cases import build_captions, build_cqa, build_natural, build_paws, text_key
 
 
@@ -116,3 +118,10 @@ def test_cqa_case_pairs_perfect_matches_and_relevant_distractors(tmp_path: Path)
     assert "Q3_R1" not in rows
     assert rows["Q1"]["anchor"] == "subject Q1" and rows["Q1"]["positive"] == "question Q1 body"
     assert case.pairs["paraphrase"] == 2
+    # questions of different originals are unjudged, and never scored
+    assert {t["kind"] for t in truth} == {"paraphrase", "distractor", "unjudged"}
+    from bench.quality.score import read_truth, score
+
+    t = read_truth(tmp_path / "out" / "truth.jsonl")
+    everything = score(t, np.ones(len(t), dtype=bool))
+    assert everything.pairs == everything.flagged == sum(1 for r in truth if r["kind"] != "unjudged")
