@@ -271,6 +271,14 @@ RelativeMargin = Annotated[
     float | None,
     _opt("Margin rule sim(a, c) > sim(a, p) * (1 - margin).  \\[default: 0.25]", "Embeddings"),
 ]
+MarginDocRatio = Annotated[
+    float | None,
+    _opt(
+        "Margin findings are likely only in rows whose positive has this many times the anchor's words.  "
+        "\\[default: 2]",
+        "Embeddings",
+    ),
+]
 PairOn = Annotated[
     bool | None,
     _opt(
@@ -289,7 +297,7 @@ CalibrationOpt = Annotated[
 ]
 CalibrationQuantile = Annotated[
     float | None,
-    _opt("Quantile of the rows' own anchor-positive cosines that sets the pair bar.  \\[default: 0.25]", "Embeddings"),
+    _opt("Quantile of the rows' own anchor-positive cosines that sets the pair bar.  \\[default: 0.9]", "Embeddings"),
 ]
 CalibrationFloor = Annotated[
     float | None, _opt("No calibrated pair bar goes under this cosine.  \\[default: 0.5]", "Embeddings")
@@ -407,6 +415,7 @@ AUDIT_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("margin_support", MarginSupport),
     ("absolute_margin", AbsoluteMargin),
     ("relative_margin", RelativeMargin),
+    ("margin_doc_ratio", MarginDocRatio),
     ("pair_evidence", PairOn),
     ("calibration", CalibrationOpt),
     ("calibration_quantile", CalibrationQuantile),

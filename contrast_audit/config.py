@@ -138,7 +138,8 @@ class EmbeddingConfig:
     other's anchor: ``likely``. The margin rule, ``sim(a, c) > sim(a, p) * (1 - relative_margin)``
     or ``sim(a, c) > sim(a, p) - absolute_margin`` (GISTEmbedLoss / mine_hard_negatives vocabulary),
     is ``likely`` when the candidate is also within ``margin_support`` cosine of the positive, and
-    ``suspect`` alone; ``margin = true`` reports those suspects too.
+    ``suspect`` alone; ``margin = true`` reports those suspects too. It is ``likely`` only in
+    query→document rows, whose positive has at least ``margin_doc_ratio`` times the anchor's words.
     ``pair_evidence``: compare two rows through their four cross cosines (``pair`` evidence) against
     bars that ``calibration = "auto"`` derives from the data's own anchor–positive cosines (at
     ``calibration_quantile``, never under ``calibration_floor``; see ``contrast_audit.calibration``);
@@ -159,9 +160,10 @@ class EmbeddingConfig:
     margin_support: float = 0.65
     absolute_margin: float | None = None
     relative_margin: float | None = 0.25
+    margin_doc_ratio: float = 2.0
     pair_evidence: bool = True
     calibration: str = "auto"
-    calibration_quantile: float = 0.25
+    calibration_quantile: float = 0.9
     calibration_floor: float = 0.5
     pair_threshold: float | None = None
 
@@ -308,6 +310,7 @@ _FILE_KEYS: dict[str, tuple[str | None, str]] = {
     "margin_support": ("embedding", "margin_support"),
     "absolute_margin": ("embedding", "absolute_margin"),
     "relative_margin": ("embedding", "relative_margin"),
+    "margin_doc_ratio": ("embedding", "margin_doc_ratio"),
     "pair_evidence": ("embedding", "pair_evidence"),
     "calibration": ("embedding", "calibration"),
     "calibration_quantile": ("embedding", "calibration_quantile"),
@@ -395,6 +398,7 @@ SETTING_RULES: dict[str, tuple[str, float | None, float | None, bool]] = {
     "margin_support": ("float", -1.0, 1.0, False),
     "absolute_margin": ("float", 0.0, 2.0, False),
     "relative_margin": ("float", 0.0, 1.0, True),
+    "margin_doc_ratio": ("float", 0.0, 1000.0, False),
     "calibration_quantile": ("float", 0.0, 1.0, False),
     "calibration_floor": ("float", -1.0, 1.0, False),
     "pair_threshold": ("float", -1.0, 1.0, False),

@@ -66,7 +66,9 @@ def default_detectors(
         e = cfg.embedding
         store = EmbeddingStore(e, progress)
         semantic += [EmbeddingDetector(store, e.positive_threshold), AnchorEmbeddingDetector(store, e.anchor_threshold)]
-        margin = MarginDetector(store, e.absolute_margin, e.relative_margin, e.margin_support, e.margin)
+        margin = MarginDetector(
+            store, e.absolute_margin, e.relative_margin, e.margin_support, e.margin, e.margin_doc_ratio
+        )
         if e.pair_evidence:
             pair = PairDetector(
                 store,

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import polars as pl
 
 from contrast_audit.corpus import POSITIVE_ROLE, Corpus
 from contrast_audit.embed import EmbeddingStore
@@ -130,12 +131,21 @@ class MarginDetector(_CosineDetector):
         relative_margin: float | None,
         support: float,
         report_suspects: bool,
+        doc_ratio: float = 0.0,
     ) -> None:
         super().__init__(store, threshold=support)
         self.absolute_margin = absolute_margin
         self.relative_margin = relative_margin
         self.support = support
         self.report_suspects = report_suspects
+        self.doc_ratio = doc_ratio
+
+    def prepare(self, corpus: Corpus) -> None:
+        super().prepare(corpus)
+        # Query→document rows: the positive has at least ``doc_ratio`` times the anchor's words. In rows
+        # whose two texts are alike (paraphrase pairs, captions), the rule only says "same topic".
+        words = corpus.texts.select(pl.col("norm").str.split(" ").list.len()).to_series().to_numpy()
+        self.query_doc_row = words[corpus.positive] >= self.doc_ratio * words[corpus.anchor]
 
     def detect(self, pairs: Pairs) -> Hits:
         c, s = self.corpus, self.store
@@ -163,7 +173,7 @@ class MarginDetector(_CosineDetector):
         # them the rule is never more than suspect. Calling one mislabelled takes evidence of
         # equivalence with the row's own texts (exact, near-duplicate), which other detectors give.
         own = (pairs.cand_row == pairs.anchor_row) & (pairs.cand_role > POSITIVE_ROLE)
-        supported &= ~own
+        supported &= ~own & self.query_doc_row[pairs.anchor_row]
         severity = np.where(supported, LIKELY, SUSPECT).astype(np.int8)
         if not self.report_suspects:
             mask &= supported
@@ -180,9 +190,10 @@ class MarginDetector(_CosineDetector):
             "relative_margin": self.relative_margin,
             "absolute_margin": self.absolute_margin,
             "support": self.support,
-            "likely_when": f"rule holds and cosine(candidate, positive) >= {self.support}",
-            "suspect_when": "rule holds alone, or the candidate is the row's own hard negative"
-            + ("" if self.report_suspects else " (not reported; --margin reports them)"),
+            "likely_when": f"rule holds and cosine(candidate, positive) >= {self.support}, in a row whose "
+            f"positive has at least {self.doc_ratio:g} times its anchor's words (query->document)",
+            "suspect_when": "rule holds alone, in a row whose two texts are alike in length, or the candidate is "
+            "the row's own hard negative" + ("" if self.report_suspects else " (not reported; --margin reports them)"),
         }
 
 

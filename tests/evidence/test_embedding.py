@@ -112,6 +112,22 @@ def test_margin_is_likely_only_when_the_candidate_is_near_the_positive():
     assert quiet.mask.tolist() == [True, False]
 
 
+def test_margin_is_likely_only_in_query_to_document_rows():
+    # The same texts as above, one word each: with doc_ratio 2 no row is a query->document row, so
+    # the supported candidate stays suspect; give row 0 a long positive and it is likely again.
+    c = corpus_of(ROWS)
+    store = FixedStore(VECTORS)
+    det = prepared(MarginDetector(store, None, 0.5, support=0.9, report_suspects=True, doc_ratio=2.0), c)
+    hits = det.detect(q2d_pairs(c, [0], [1]))
+    assert hits.mask.tolist() == [True] and hits.severity.tolist() == [SUSPECT]
+    long_doc = "d0 with many more words in it"
+    rows = [("q0", long_doc), *ROWS[1:]]
+    store = FixedStore({**VECTORS, long_doc: VECTORS["d0"]})
+    det = prepared(MarginDetector(store, None, 0.5, support=0.9, report_suspects=True, doc_ratio=2.0), corpus_of(rows))
+    assert det.detect(q2d_pairs(corpus_of(rows), [0], [1])).severity.tolist() == [LIKELY]
+    assert "query->document" in det.info()["likely_when"]
+
+
 def test_margin_alone_never_makes_a_rows_own_hard_negative_likely():
     # Row 0's hard negative is d1: within the margin of d0 and near it (supported), which makes the
     # same text a likely finding as another row's positive, but only a suspect mislabelled negative:
@@ -132,7 +148,17 @@ def test_policy_wires_detectors_from_config():
     detectors = default_detectors(build_config({}))
     names = [d.name for d in detectors]
     assert set(names) == set(REGISTRY)  # every detector a scan runs is registered, and vice versa
-    assert names == ["exact", "same-anchor", "declared", "linked", "minhash", "embedding", "anchor-embedding", "margin", "pair"]
+    assert names == [
+        "exact",
+        "same-anchor",
+        "declared",
+        "linked",
+        "minhash",
+        "embedding",
+        "anchor-embedding",
+        "margin",
+        "pair",
+    ]
     by_name = {d.name: d for d in detectors}
     margin = by_name["margin"].inner  # semantic detectors sit behind the guards
     assert by_name["margin"].info()["number_guard_words"] == 50
