@@ -149,3 +149,17 @@ def test_pair_evidence_ignores_hard_negatives_and_the_row_itself():
     assert det.detect(q2d(c, [0], [0])).mask.tolist() == [False]
     negative = Pairs("query_to_doc", np.array([0]), np.array([1]), np.array([1]), c.positive[[1]])
     assert det.detect(negative).mask.tolist() == [False]
+
+
+def test_reports_carry_the_calibration_line():
+    from types import SimpleNamespace
+
+    from contrast_audit.report.common import calibration_line
+
+    rows, vectors = topic_data(150, noise=0.6)
+    det = detector(VectorStore(vectors))
+    det.prepare(corpus_of(rows))
+    result = SimpleNamespace(judgement=SimpleNamespace(detector_info={"pair": det.info()}))
+    line = calibration_line(result)
+    assert line.startswith("pair bars calibrated on 300 rows") and "query–doc" in line
+    assert calibration_line(SimpleNamespace(judgement=SimpleNamespace(detector_info={}))) is None
