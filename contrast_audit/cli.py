@@ -275,7 +275,7 @@ MarginDocRatio = Annotated[
     float | None,
     _opt(
         "Margin findings are likely only in rows whose positive has this many times the anchor's words.  "
-        "\\[default: 2]",
+        "\\[default: 3]",
         "Embeddings",
     ),
 ]

@@ -160,7 +160,7 @@ class EmbeddingConfig:
     margin_support: float = 0.65
     absolute_margin: float | None = None
     relative_margin: float | None = 0.25
-    margin_doc_ratio: float = 2.0
+    margin_doc_ratio: float = 3.0
     pair_evidence: bool = True
     calibration: str = "auto"
     calibration_quantile: float = 0.9
