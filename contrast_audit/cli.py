@@ -8,7 +8,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -38,6 +38,13 @@ class Format(str, Enum):
     json = "json"
     markdown = "markdown"
     html = "html"
+    sarif = "sarif"
+
+
+class Annotations(str, Enum):
+    auto = "auto"
+    github = "github"
+    none = "none"
 
 
 class Sampler(str, Enum):
@@ -318,7 +325,7 @@ OutputOpt = Annotated[
     str | None,
     _opt(
         "Write the report here (atomically; checked before the scan) instead of stdout; without --format the "
-        "extension picks the format (.json, .md, .html, .txt).",
+        "extension picks the format (.json, .md, .html, .sarif, .txt).",
         "Output",
     ),
 ]
@@ -484,6 +491,7 @@ EXTENSION_FORMATS = {
     ".html": "html",
     ".htm": "html",
     ".txt": "text",
+    ".sarif": "sarif",
 }
 
 
@@ -521,6 +529,10 @@ def open_output(
         return nullcontext(None)
     inputs = [str(p) for p in expand_paths(data)]
     inputs += [str(v) for v in (settings.get("plan"), origin) if v]
+    for key in ("against", "eval"):  # reference data is input too (a baseline report may be replaced)
+        value = settings.get(key) or []
+        for pattern in [value] if isinstance(value, str) else value:
+            inputs += [str(p) for p in expand_paths([str(pattern)])]
     return OutputTarget(output, inputs=inputs, option=option)
 
 
@@ -556,6 +568,23 @@ def scan(
             "Gate",
         ),
     ] = None,
+    report: Annotated[
+        list[str] | None,
+        _opt(
+            "Also write the report in another format, FORMAT=PATH (e.g. sarif=reports/scan.sarif); repeatable, so one scan feeds every CI output.",
+            "Output",
+        ),
+    ] = None,
+    annotations: Annotated[
+        Annotations,
+        _opt(
+            "GitHub workflow-command annotations on the offending rows, on stderr: auto (when GITHUB_ACTIONS=true), github or none.",
+            "CI",
+        ),
+    ] = Annotations.auto,
+    max_annotations: Annotated[
+        int, _opt("At most N annotations, then a notice of how many more (0: only the notice).", "CI")
+    ] = 50,
     quiet: Quiet = False,
     against: Against = None,
     eval_data: EvalData = None,
@@ -568,6 +597,7 @@ def scan(
     """Simulate the batch plan and report the false negatives each batch will contain."""
     from contrast_audit.api import AuditResult, audit
     from contrast_audit.config import build_config
+    from contrast_audit.errors import ConfigError
     from contrast_audit.gate import evaluate, parse
     from contrast_audit.report import FORMATTERS, summary_line
 
@@ -588,12 +618,22 @@ def scan(
     expressions = [expressions] if isinstance(expressions, str) else list(expressions)
 
     conditions = parse(expressions, sorted(AuditResult.METRICS))  # before the scan: typos cost nothing
-    with open_output(output, data, settings, origin) as target:
+    if max_annotations < 0:
+        raise ConfigError(f"--max-annotations must be >= 0, got {max_annotations}")
+    extra = [_report_target(value, tuple(FORMATTERS)) for value in report or []]
+
+    with ExitStack() as stack:
+        target = stack.enter_context(open_output(output, data, settings, origin))
+        extra_targets = [
+            (name, stack.enter_context(open_output(path, data, settings, origin, "--report"))) for name, path in extra
+        ]
         with progress_bars(not quiet and sys.stderr.isatty()) as progress:
             result = audit(data, cfg, progress=progress, config_file=origin)
         _warn(result.warnings)
         color = fmt == "text" and output is None and sys.stdout.isatty()
         _emit(FORMATTERS[fmt](result, top=top, color=color), target)
+        for name, extra_target in extra_targets:
+            _emit(FORMATTERS[name](result, top=top, color=False), extra_target)
 
     gate = evaluate(conditions, result.metrics())
     if not quiet:
@@ -602,7 +642,35 @@ def scan(
         for cond, value in gate.checked:
             verdict = "FAILED" if (cond, value) in gate.failed else "passed"
             err.print(f"gate {cond}: {verdict} (value {value:g})", markup=False)
+    _github_outputs(result, gate, annotations.value, max_annotations)
     raise typer.Exit(EXIT_GATE_FAILED if not gate.passed else EXIT_OK)
+
+
+def _report_target(value: str, formats: tuple[str, ...]) -> tuple[str, str]:
+    """``FORMAT=PATH`` of ``--report``, checked before the scan (a format contradicting the file's
+    extension is refused, as for ``--output``)."""
+    from contrast_audit.errors import ConfigError
+
+    name, sep, path = value.partition("=")
+    if not sep or not path.strip() or name not in formats:
+        raise ConfigError(
+            f"--report '{value}' is not FORMAT=PATH with FORMAT one of {', '.join(formats)}",
+            fix="write for example --report sarif=reports/scan.sarif",
+        )
+    return output_format_for(path, name, formats), path
+
+
+def _github_outputs(result: Any, gate: Any, mode: str, max_annotations: int) -> None:
+    """Annotations on stderr (stdout may hold the report) and the step summary, under GitHub Actions."""
+    from contrast_audit.report import github
+
+    if github.annotations_enabled(mode):
+        lines = github.annotations(result, max_annotations=max_annotations)
+        sys.stderr.write("".join(line + "\n" for line in lines))
+        sys.stderr.flush()
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        github.append_step_summary(summary, github.step_summary(result, gate))
 
 
 @app.command()
@@ -639,6 +707,7 @@ def negatives(
     from contrast_audit.config import build_config
     from contrast_audit.errors import ConfigError
     from contrast_audit.negatives import alleged_negatives, render_json, render_text
+    from contrast_audit.report.common import plural
 
     settings, origin = options.settings()
     settings["embeddings"] = True
@@ -658,7 +727,8 @@ def negatives(
             _emit(render_text(result, table, per_anchor=per_anchor, color=color), target)
     if not quiet:
         _stderr().print(
-            f"contrast-audit: {table.height} alleged negatives listed from {result.judgement.candidates} candidates",
+            f"contrast-audit: {plural(table.height, 'alleged negative')} listed from "
+            f"{plural(result.judgement.candidates, 'candidate')}",
             markup=False,
         )
     raise typer.Exit(EXIT_OK)
@@ -726,6 +796,115 @@ def manifest(
     raise typer.Exit(EXIT_OK)
 
 
+@app.command()
+@handle_errors
+def init(
+    output: Annotated[
+        Path, _opt("Where to write the settings file (a directory gets contrast-audit.toml).", "Output")
+    ] = Path("contrast-audit.toml"),
+    force: Annotated[bool, _opt("Overwrite an existing file.", "Output", "--force")] = False,
+) -> None:
+    """Write a commented starter contrast-audit.toml: every setting with its default and meaning."""
+    from contrast_audit.starter import write
+
+    target = write(output, force=force)
+    _stderr().print(f"contrast-audit: wrote {target}; uncomment the settings you want to change", markup=False)
+
+
+class MultiPositive(str, Enum):
+    sum = "sum"
+    mean = "mean"
+    off = "off"
+
+
+@app.command()
+@handle_errors
+def train(
+    data: Data,
+    manifest: Annotated[
+        str, _opt("The manifest planned for DATA (contrast-audit manifest).", "Training", "--manifest")
+    ],
+    out: Annotated[
+        str, _opt("Write the trained model directory here (atomically; must not exist).", "Output", "--out")
+    ],
+    model: Annotated[
+        str | None,
+        _opt("Local sentence-transformers model to start from.  \\[default: the bundled all-MiniLM-L6-v2]", "Training"),
+    ] = None,
+    max_steps: Annotated[int | None, _opt("Stop after this many optimizer steps.", "Training")] = None,
+    epochs: Annotated[
+        int | None, _opt("Epochs to train (at most the manifest's).  \\[default: the manifest's]", "Training")
+    ] = None,
+    lr: Annotated[float, _opt("Learning rate.", "Training")] = 2e-5,
+    seed: Annotated[
+        int, _opt("Seed for dropout and initialisation (the batches come from the manifest).", "Training")
+    ] = 0,
+    scale: Annotated[float, _opt("Similarity scale = 1/temperature (logged as both).", "Training")] = 20.0,
+    multi_positive: Annotated[
+        MultiPositive,
+        _opt(
+            "Label normalisation for a multi-positive manifest: sum = -log of the positive set's summed probability; mean = mean -log over positives; off = mask them instead.",
+            "Training",
+        ),
+    ] = MultiPositive.sum,
+    quiet: Quiet = False,
+) -> None:
+    """Fine-tune a model on DATA as a manifest plans it: its batches, with its false negatives masked."""
+    from contrast_audit.train.trainer import train as run_training
+
+    result = run_training(
+        data,
+        manifest,
+        out,
+        model=model,
+        epochs=epochs,
+        max_steps=max_steps,
+        lr=lr,
+        seed=seed,
+        scale=scale,
+        multi_positive=multi_positive.value,
+        progress=not quiet and sys.stderr.isatty(),
+    )
+    if not quiet:
+        _stderr().print(
+            f"contrast-audit: trained {result.steps} steps (scale {scale:g}, temperature {1 / scale:g}); model written to {out}, log {result.log}",
+            markup=False,
+        )
+    raise typer.Exit(EXIT_OK)
+
+
+class EvalFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+@app.command("eval")
+@handle_errors
+def eval_command(
+    model: Annotated[
+        str, typer.Argument(help="A trained model directory, or 'default' for the bundled model.", show_default=False)
+    ],
+    queries: Annotated[str, _opt("BEIR queries.jsonl (_id, text).", "Data")],
+    corpus: Annotated[str, _opt("BEIR corpus.jsonl (_id, title, text).", "Data")],
+    qrels: Annotated[str, _opt("BEIR qrels TSV (query-id, corpus-id, score; score > 0 is relevant).", "Data")],
+    query_prompt: Annotated[str | None, _opt("Prefix for queries (the scoring contract, as in scan).", "Data")] = None,
+    doc_prompt: Annotated[str | None, _opt("Prefix for documents (the scoring contract, as in scan).", "Data")] = None,
+    output_format: Annotated[EvalFormat, _opt("Output format.", "Output", "--format")] = EvalFormat.text,
+) -> None:
+    """Retrieval quality of MODEL on held-out queries: Recall@1/5/10, MRR@10, nDCG@10."""
+    from contrast_audit.train.evaluate import evaluate, render_json, render_text
+
+    result = evaluate(
+        None if model == "default" else model, queries, corpus, qrels, query_prompt=query_prompt, doc_prompt=doc_prompt
+    )
+    _emit(render_json(result) if output_format == EvalFormat.json else render_text(result), None)
+    raise typer.Exit(EXIT_OK)
+
+
 def main() -> None:
     """Console-script entry point."""
     app()
+
+
+if __name__ == "__main__":
+    main()
