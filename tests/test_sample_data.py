@@ -103,8 +103,10 @@ def test_paraphrased_documents_are_found_by_semantic_evidence(one_batch, truth):
     pairs = [tuple(p) for c in truth["cases"] if c["kind"] == "semantic" for p in c["pairs"]]
     hits = [found[p] for p in pairs if p in found]
     assert len(pairs) == 8
-    assert len(hits) >= 6
-    semantic = {"minhash", "embedding", "anchor-embedding", "margin"}
+    # Four of the eight rows have an answer under three times the question's words: their margin-only
+    # findings are suspect (--margin-doc-ratio, docs/quality.md), not reported by default.
+    assert len(hits) >= 4
+    semantic = {"minhash", "embedding", "anchor-embedding", "margin", "pair"}
     assert all(f["severity"] == "likely" and {e["kind"] for e in f["evidence"]} <= semantic for f in hits)
 
 
