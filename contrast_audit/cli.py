@@ -57,6 +57,11 @@ class NegativesFormat(str, Enum):
     json = "json"
 
 
+class CalibrationMode(str, Enum):
+    auto = "auto"
+    off = "off"
+
+
 class OnBadRow(str, Enum):
     error = "error"
     skip = "skip"
@@ -273,6 +278,41 @@ RelativeMargin = Annotated[
     float | None,
     _opt("Margin rule sim(a, c) > sim(a, p) * (1 - margin).  \\[default: 0.25]", "Embeddings"),
 ]
+MarginDocRatio = Annotated[
+    float | None,
+    _opt(
+        "Margin findings are likely only in rows whose positive has this many times the anchor's words (3 raises "
+        "precision on paraphrase and caption data at a large cost in recall: docs/quality.md); 0 turns this off.  "
+        "\\[default: 0]",
+        "Embeddings",
+    ),
+]
+PairOn = Annotated[
+    bool | None,
+    _opt(
+        "Pair evidence: two rows compared through their four cross cosines against calibrated bars.  \\[default: off]",
+        "Embeddings",
+        "--pair/--no-pair",
+    ),
+]
+CalibrationOpt = Annotated[
+    CalibrationMode | None,
+    _opt(
+        "Pair bars from the data's own anchor-positive cosines (auto) or fixed at --positive-threshold (off).  "
+        "\\[default: auto]",
+        "Embeddings",
+    ),
+]
+CalibrationQuantile = Annotated[
+    float | None,
+    _opt("Quantile of the rows' own anchor-positive cosines that sets the pair bar.  \\[default: 0.9]", "Embeddings"),
+]
+CalibrationFloor = Annotated[
+    float | None, _opt("No calibrated pair bar goes under this cosine.  \\[default: 0.5]", "Embeddings")
+]
+PairThreshold = Annotated[
+    float | None, _opt("Fixed pair bar for every role pairing; wins over calibration.", "Embeddings")
+]
 OnBad = Annotated[
     OnBadRow | None,
     _opt("What to do with a malformed row: stop with an error, or skip it and report it.  \\[default: error]", "Input"),
@@ -383,6 +423,12 @@ AUDIT_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("margin_support", MarginSupport),
     ("absolute_margin", AbsoluteMargin),
     ("relative_margin", RelativeMargin),
+    ("margin_doc_ratio", MarginDocRatio),
+    ("pair_evidence", PairOn),
+    ("calibration", CalibrationOpt),
+    ("calibration_quantile", CalibrationQuantile),
+    ("calibration_floor", CalibrationFloor),
+    ("pair_threshold", PairThreshold),
     ("on_bad_row", OnBad),
 )
 _SETTING_NAMES = {"negative": "negatives", "id_column": "id"}  # flag parameter → settings key

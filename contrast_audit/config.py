@@ -138,7 +138,13 @@ class EmbeddingConfig:
     other's anchor: ``likely``. The margin rule, ``sim(a, c) > sim(a, p) * (1 - relative_margin)``
     or ``sim(a, c) > sim(a, p) - absolute_margin`` (GISTEmbedLoss / mine_hard_negatives vocabulary),
     is ``likely`` when the candidate is also within ``margin_support`` cosine of the positive, and
-    ``suspect`` alone; ``margin = true`` reports those suspects too.
+    ``suspect`` alone; ``margin = true`` reports those suspects too. With ``margin_doc_ratio`` above 0
+    it is ``likely`` only in query→document rows, whose positive has at least that many times the
+    anchor's words (off by default: docs/quality.md shows the precision it buys and the recall it costs).
+    ``pair_evidence`` (off by default): compare two rows through their four cross cosines (``pair`` evidence) against
+    bars that ``calibration = "auto"`` derives from the data's own anchor–positive cosines (at
+    ``calibration_quantile``, never under ``calibration_floor``; see ``contrast_audit.calibration``);
+    ``"off"`` or an explicit ``pair_threshold`` fixes every bar.
     """
 
     enabled: bool = True
@@ -155,9 +161,19 @@ class EmbeddingConfig:
     margin_support: float = 0.65
     absolute_margin: float | None = None
     relative_margin: float | None = 0.25
+    margin_doc_ratio: float = 0.0
+    pair_evidence: bool = False
+    calibration: str = "auto"
+    calibration_quantile: float = 0.9
+    calibration_floor: float = 0.5
+    pair_threshold: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("positive_threshold", "anchor_threshold", "margin_support"):
+        if self.calibration not in ("auto", "off"):
+            raise ConfigError(
+                f"calibration must be auto or off, got {self.calibration!r}", fix="--calibration auto|off"
+            )
+        for name in ("positive_threshold", "anchor_threshold", "margin_support", "calibration_floor"):
             value = getattr(self, name)
             if not -1.0 <= value <= 1.0:
                 raise ConfigError(f"{name.replace('_', '-')} is a cosine similarity in [-1, 1], got {value}")
@@ -295,6 +311,12 @@ _FILE_KEYS: dict[str, tuple[str | None, str]] = {
     "margin_support": ("embedding", "margin_support"),
     "absolute_margin": ("embedding", "absolute_margin"),
     "relative_margin": ("embedding", "relative_margin"),
+    "margin_doc_ratio": ("embedding", "margin_doc_ratio"),
+    "pair_evidence": ("embedding", "pair_evidence"),
+    "calibration": ("embedding", "calibration"),
+    "calibration_quantile": ("embedding", "calibration_quantile"),
+    "calibration_floor": ("embedding", "calibration_floor"),
+    "pair_threshold": ("embedding", "pair_threshold"),
     "against": ("reference", "against"),
     "eval": ("reference", "eval"),
     "against_columns": ("reference", "against_columns"),
@@ -335,6 +357,7 @@ SETTING_RULES: dict[str, tuple[str, float | None, float | None, bool]] = {
             "query_prompt",
             "doc_prompt",
             "cache_dir",
+            "calibration",
         ),
         ("str", None, None, False),
     ),
@@ -353,6 +376,7 @@ SETTING_RULES: dict[str, tuple[str, float | None, float | None, bool]] = {
             "margin",
             "with_existing",
             "use_index",
+            "pair_evidence",
         ),
         ("bool", None, None, False),
     ),
@@ -375,6 +399,10 @@ SETTING_RULES: dict[str, tuple[str, float | None, float | None, bool]] = {
     "margin_support": ("float", -1.0, 1.0, False),
     "absolute_margin": ("float", 0.0, 2.0, False),
     "relative_margin": ("float", 0.0, 1.0, True),
+    "margin_doc_ratio": ("float", 0.0, 1000.0, False),
+    "calibration_quantile": ("float", 0.0, 1.0, False),
+    "calibration_floor": ("float", -1.0, 1.0, False),
+    "pair_threshold": ("float", -1.0, 1.0, False),
 }
 
 

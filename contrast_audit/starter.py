@@ -110,6 +110,15 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
             "margin_support": ("Cosine to the positive that makes a margin finding likely.", None),
             "relative_margin": ("Margin rule sim(a, c) > sim(a, p) * (1 - margin).", None),
             "absolute_margin": ("Margin rule sim(a, c) > sim(a, p) - margin; replaces relative_margin.", 0.1),
+            "margin_doc_ratio": (
+                "Margin findings are likely only where the positive has this many times the anchor's words.",
+                None,
+            ),
+            "pair_evidence": ("Pair evidence: two rows compared through their four cross cosines.", None),
+            "calibration": ("Pair bars from the data's own anchor-positive cosines (auto) or fixed (off).", None),
+            "calibration_quantile": ("Quantile of the rows' own anchor-positive cosines that sets the pair bar.", None),
+            "calibration_floor": ("No calibrated pair bar goes under this cosine.", None),
+            "pair_threshold": ("Fixed pair bar for every role pairing; wins over calibration.", 0.85),
         },
     ),
     (

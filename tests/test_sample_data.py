@@ -104,7 +104,7 @@ def test_paraphrased_documents_are_found_by_semantic_evidence(one_batch, truth):
     hits = [found[p] for p in pairs if p in found]
     assert len(pairs) == 8
     assert len(hits) >= 6
-    semantic = {"minhash", "embedding", "anchor-embedding", "margin"}
+    semantic = {"minhash", "embedding", "anchor-embedding", "margin", "pair"}
     assert all(f["severity"] == "likely" and {e["kind"] for e in f["evidence"]} <= semantic for f in hits)
 
 

@@ -41,6 +41,9 @@ from typing import Any, TypeVar
 PARAPHRASE = "paraphrase"
 DISTRACTOR = "distractor"
 RANDOM = "random"
+# An in-batch pair the data set does not judge and cannot be assumed unrelated (two questions of a forum
+# asked under different originals may be the same question): in the truth, never scored.
+UNJUDGED = "unjudged"
 KINDS = (PARAPHRASE, DISTRACTOR, RANDOM)
 
 DEFAULT_MAX_PAIRS = 600
@@ -204,8 +207,11 @@ def plan_batches(pairs: Sequence[LabelledPair], batch_size: int, seed: int) -> l
     return batches
 
 
-def truth_records(batches: Sequence[Sequence[str]], pairs: Sequence[LabelledPair]) -> list[dict[str, Any]]:
-    """One record per ordered in-batch pair (anchor row, other row), in plan order."""
+def truth_records(
+    batches: Sequence[Sequence[str]], pairs: Sequence[LabelledPair], other: str = RANDOM
+) -> list[dict[str, Any]]:
+    """One record per ordered in-batch pair (anchor row, other row), in plan order; pairs of rows of
+    different labelled pairs get kind ``other`` (label 0)."""
     pair_of = {row.id: pair for pair in pairs for row in (pair.first, pair.second)}
     records = []
     for b, ids in enumerate(batches):
@@ -217,7 +223,7 @@ def truth_records(batches: Sequence[Sequence[str]], pairs: Sequence[LabelledPair
                 if pair_of[candidate_id] is own:
                     label, kind = own.label, own.kind
                 else:
-                    label, kind = 0, RANDOM
+                    label, kind = 0, other
                 records.append(
                     {"anchor_id": anchor_id, "candidate_id": candidate_id, "label": label, "kind": kind, "batch": b}
                 )
@@ -250,6 +256,7 @@ def write_case(
     dropped: dict[str, int],
     params: dict[str, Any],
     notes: str = "",
+    other: str = RANDOM,
 ) -> Case:
     """Check the rows, plan them, derive the truth and write the four files."""
     if not pairs:
@@ -257,7 +264,7 @@ def write_case(
     rows = [row for pair in pairs for row in (pair.first, pair.second)]
     check_disjoint(rows)
     batches = plan_batches(pairs, batch_size, seed)
-    truth = truth_records(batches, pairs)
+    truth = truth_records(batches, pairs, other)
     out_dir = Path(out_dir)
     write_atomic(out_dir / "pairs.jsonl", _jsonl(asdict(row) for row in rows))
     write_atomic(out_dir / "plan.jsonl", _jsonl({"rows": ids} for ids in batches))
@@ -269,7 +276,7 @@ def write_case(
         batches=len(batches),
         batch_size=batch_size,
         pairs=dict(Counter(pair.kind for pair in pairs)),
-        truth={kind: sum(1 for r in truth if r["kind"] == kind) for kind in KINDS},
+        truth={kind: n for kind in (*KINDS, UNJUDGED) if (n := sum(1 for r in truth if r["kind"] == kind))},
         positives=sum(r["label"] for r in truth),
         dropped=dict(dropped),
         params=dict(params),
@@ -728,4 +735,349 @@ def build_qa_split(
     )
 
 
-CASES: dict[str, Callable[..., Case]] = {"mrpc": build_mrpc, "stsb": build_stsb, "qa-split": build_qa_split}
+# --------------------------------------------------------------------------- more genres: PAWS, captions, cQA
+
+
+def read_paws(path: Path, split: str) -> list[SentencePair]:
+    """PAWS-Wiki final: tab-separated, CRLF, no header: id, sentence1, sentence2, label (1 = paraphrase)."""
+    out = []
+    for number, line in _lines(path):
+        fields = line.split("\t")
+        if len(fields) != 4 or fields[3] not in ("0", "1"):
+            raise ValueError(f"{path}:{number}: expected id, sentence1, sentence2, label 0/1")
+        out.append(
+            SentencePair(
+                f"paws-{split}-{fields[0]}", fields[1].strip(), fields[2].strip(), int(fields[3]), f"paws-{split}"
+            )
+        )
+    return out
+
+
+def build_paws(
+    data_dir: Path,
+    out_dir: Path,
+    *,
+    max_pairs: int = DEFAULT_MAX_PAIRS,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    seed: int = DEFAULT_SEED,
+    part: str = "all",
+) -> Case:
+    """PAWS-Wiki (dev + test), SimCSE-style rows: adversarial non-paraphrases as distractors."""
+    root = Path(data_dir) / "paws_wiki"
+    pairs = read_paws(root / "dev.tsv", "dev") + read_paws(root / "test.tsv", "test")
+    return simcse_case(
+        "paws",
+        [p for p in pairs if p.text1 != p.text2],
+        Path(out_dir),
+        max_pairs=max_pairs,
+        batch_size=batch_size,
+        seed=seed,
+        part=part,
+        params={"files": ["paws_wiki/dev.tsv", "paws_wiki/test.tsv"]},
+        notes="PAWS label 1 = paraphrase (label 1 both ways); label 0 = word-swapped non-paraphrase (distractor).",
+    )
+
+
+CAPTION_BATCH_SIZE = 64
+EXPERT_FIT = 4  # all three experts: "the caption describes the image"
+CROWD_FIT = 0.66  # share of yes votes
+
+
+@dataclass
+class Captions:
+    """Flickr8k: five captions per image, and the cross-image captions people judged to fit."""
+
+    captions: dict[str, list[str]]
+    fits: set[tuple[str, str]]  # (image, image whose caption fits it), both orders
+
+    def fit(self, x: str, y: str) -> bool:
+        return (x, y) in self.fits
+
+
+def read_flickr8k(data_dir: Path) -> Captions:
+    root = Path(data_dir) / "flickr8k_captions"
+    captions: dict[str, dict[int, str]] = defaultdict(dict)
+    for number, line in _lines(root / "Flickr8k.token.txt"):
+        key, _, text = line.partition("\t")
+        image, _, idx = key.rpartition("#")
+        if not image or not idx.isdigit() or not text.strip():
+            raise ValueError(f"{root / 'Flickr8k.token.txt'}:{number}: expected '<image>#<n>\\t<caption>'")
+        captions[image][int(idx)] = _collapse(text)
+    fits: set[tuple[str, str]] = set()
+    for number, line in _lines(root / "ExpertAnnotations.txt"):
+        fields = line.split("\t")
+        if len(fields) != 5:
+            raise ValueError(f"{root / 'ExpertAnnotations.txt'}:{number}: expected 5 tab-separated fields")
+        other = fields[1].rpartition("#")[0]
+        if other != fields[0] and all(int(v) >= EXPERT_FIT for v in fields[2:]):
+            fits.update({(fields[0], other), (other, fields[0])})
+    for number, line in _lines(root / "CrowdFlowerAnnotations.txt"):
+        fields = line.split("\t")
+        if len(fields) != 5:
+            raise ValueError(f"{root / 'CrowdFlowerAnnotations.txt'}:{number}: expected 5 tab-separated fields")
+        other = fields[1].rpartition("#")[0]
+        if other != fields[0] and float(fields[2]) >= CROWD_FIT:
+            fits.update({(fields[0], other), (other, fields[0])})
+    ordered = {image: [texts[k] for k in sorted(texts)] for image, texts in sorted(captions.items())}
+    return Captions({k: v for k, v in ordered.items() if len(v) >= 4}, fits)
+
+
+def _caption_rows(image: str, texts: list[str], rng: random.Random) -> tuple[Row, Row]:
+    """Two rows of one image's captions that share no caption: (c1, c2) and (c3, c4) of a seeded order."""
+    order = list(texts)
+    rng.shuffle(order)
+    return (Row(f"{image}-a", order[0], order[1], "flickr8k"), Row(f"{image}-b", order[2], order[3], "flickr8k"))
+
+
+def _content_words(texts: Iterable[str]) -> frozenset[str]:
+    return frozenset(w for t in texts for w in re.findall(r"[a-z]+", t.lower()) if w not in _STOPWORDS and len(w) > 2)
+
+
+def build_captions(
+    data_dir: Path,
+    out_dir: Path,
+    *,
+    max_pairs: int = 400,
+    batch_size: int = CAPTION_BATCH_SIZE,
+    seed: int = DEFAULT_SEED,
+    part: str = "all",
+) -> Case:
+    """Flickr8k captions: rows (caption, caption) of one image.
+
+    Paraphrase: the two rows of one image (four distinct captions). Distractor: a row of image X with a
+    row of image Y, the unused image whose captions share the most content words with X's (Jaccard),
+    never an image whose captions people judged to fit X or the other way round."""
+    data = read_flickr8k(data_dir)
+    rng = random.Random(seed)
+    images = [i for i in data.captions if in_part(i, part)]
+    rng.shuffle(images)
+    registry = TextRegistry()
+    used: set[str] = set()
+    dropped: Counter[str] = Counter()
+
+    def same_image(image: str) -> LabelledPair | None:
+        a, b = _caption_rows(image, data.captions[image], rng)
+        if not registry.try_add([a, b]):
+            dropped["paraphrase_shares_text"] += 1
+            return None
+        used.add(image)
+        return LabelledPair(a, b, 1, PARAPHRASE)
+
+    para, _ = take(images, max_pairs, same_image)
+    words = {i: _content_words(data.captions[i]) for i in images}
+    postings: dict[str, list[str]] = defaultdict(list)
+    for image in images:
+        for w in words[image]:
+            postings[w].append(image)
+
+    def nearest(x: str) -> LabelledPair | None:
+        shared: Counter[str] = Counter()
+        for w in words[x]:
+            if len(postings[w]) <= 400:  # words that say little (dog, man) are skipped for speed
+                shared.update(postings[w])
+        best = sorted(
+            (
+                (-n / len(words[x] | words[y]), y)
+                for y, n in shared.items()
+                if y != x and y not in used and not data.fit(x, y)
+            ),
+        )
+        if not best:
+            dropped["distractor_without_neighbour"] += 1
+            return None
+        y = best[0][1]
+        a = Row(f"{x}-a", *data.captions[x][:2], "flickr8k")
+        c = Row(f"{y}-a", *data.captions[y][:2], "flickr8k")
+        if not registry.try_add([a, c]):
+            dropped["distractor_shares_text"] += 1
+            return None
+        used.update({x, y})
+        return LabelledPair(a, c, 0, DISTRACTOR)
+
+    rest = [i for i in images if i not in used]
+    dist, _ = take(rest, min(max_pairs, len(para)), lambda x: None if x in used else nearest(x))
+    return write_case(
+        "captions",
+        Path(out_dir),
+        para + dist,
+        batch_size=batch_size,
+        seed=seed,
+        dropped=dict(sorted(dropped.items())),
+        params={
+            "files": [
+                "flickr8k_captions/Flickr8k.token.txt",
+                "flickr8k_captions/ExpertAnnotations.txt",
+                "flickr8k_captions/CrowdFlowerAnnotations.txt",
+            ],
+            "max_pairs": max_pairs,
+            "batch_size": batch_size,
+            "seed": seed,
+            "part": part,
+            "judged_fits": len(data.fits) // 2,
+        },
+        notes="paraphrase = two rows of one image's captions (no caption shared); distractor = the image whose "
+        "captions share the most content words, never one people judged to fit.",
+    )
+
+
+def build_natural(
+    data_dir: Path,
+    out_dir: Path,
+    *,
+    max_pairs: int = 128,
+    batch_size: int = CAPTION_BATCH_SIZE,
+    seed: int = DEFAULT_SEED,
+    part: str = "all",
+    draws: int = 6,
+) -> Case:
+    """Natural batches: ``draws`` disjoint sets of ``max_pairs`` Flickr8k images, two rows per image
+    (four distinct captions), each set shuffled with the seed into batches of ``batch_size``.
+
+    Every in-batch pair is labelled: same image = 1 (``paraphrase``); a different image whose caption
+    experts (all three: 4) or the crowd (>= 0.66 yes) judged to fit = 1 (``judged-fit``); else 0 (``random``)."""
+    data = read_flickr8k(data_dir)
+    rng = random.Random(f"natural-{seed}")
+    images = [i for i in data.captions if in_part(i, part)]
+    rng.shuffle(images)
+    registry = TextRegistry()
+    image_of: dict[str, str] = {}
+    rows: list[Row] = []
+    batches: list[list[str]] = []
+    dropped: Counter[str] = Counter()
+    it = iter(images)
+    for _ in range(draws):
+        draw: list[Row] = []
+        while len(draw) < 2 * max_pairs:
+            image = next(it, None)
+            if image is None:
+                break
+            a, b = _caption_rows(image, data.captions[image], rng)
+            if not registry.try_add([a, b]):
+                dropped["image_shares_text"] += 1
+                continue
+            draw += [a, b]
+            image_of[a.id] = image_of[b.id] = image
+        ids = [r.id for r in draw]
+        rng.shuffle(ids)
+        batches += [ids[k : k + batch_size] for k in range(0, len(ids), batch_size) if len(ids[k : k + batch_size]) > 1]
+        rows += draw
+    check_disjoint(rows)
+    truth = []
+    for b, ids in enumerate(batches):
+        for x in ids:
+            for y in ids:
+                if x == y:
+                    continue
+                ix, iy = image_of[x], image_of[y]
+                label, kind = (1, PARAPHRASE) if ix == iy else (1, "judged-fit") if data.fit(ix, iy) else (0, RANDOM)
+                truth.append({"anchor_id": x, "candidate_id": y, "label": label, "kind": kind, "batch": b})
+    out_dir = Path(out_dir)
+    write_atomic(out_dir / "pairs.jsonl", _jsonl(asdict(row) for row in rows))
+    write_atomic(out_dir / "plan.jsonl", _jsonl({"rows": ids} for ids in batches))
+    write_atomic(out_dir / "truth.jsonl", _jsonl(truth))
+    case = Case(
+        name="natural",
+        directory=str(out_dir),
+        rows=len(rows),
+        batches=len(batches),
+        batch_size=batch_size,
+        pairs={"images": len(rows) // 2},
+        truth=dict(Counter(r["kind"] for r in truth)),
+        positives=sum(r["label"] for r in truth),
+        dropped=dict(dropped),
+        params={"max_pairs": max_pairs, "draws": draws, "batch_size": batch_size, "seed": seed, "part": part},
+        notes="seeded random batches of Flickr8k caption rows; same image or judged fit = label 1.",
+    )
+    write_atomic(out_dir / "case.json", json.dumps(asdict(case), indent=2, sort_keys=True) + "\n")
+    return case
+
+
+CQA_FILE = "semeval2016_task3_cqa/subtaskB_pairs.jsonl"
+
+
+def build_cqa(
+    data_dir: Path,
+    out_dir: Path,
+    *,
+    max_pairs: int = DEFAULT_MAX_PAIRS,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    seed: int = DEFAULT_SEED,
+    part: str = "all",
+) -> Case:
+    """SemEval-2016 Task 3 subtask B (Qatar Living): rows (question subject, question body).
+
+    Paraphrase: an original question with one of its PerfectMatch related questions, and further
+    PerfectMatch questions of the same original two by two. Distractor: an original with no
+    PerfectMatch and its best-ranked Relevant (else Irrelevant) related question: retrieved by a search
+    engine for it, judged not the same question. Each question is used once."""
+    records = _read_jsonl(Path(data_dir) / CQA_FILE)
+    by_orig: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        by_orig[r["orgq_id"]].append(r)
+    rng = random.Random(seed)
+    origs = sorted(o for o in by_orig if in_part(o, part))
+    rng.shuffle(origs)
+    registry = TextRegistry()
+    dropped: Counter[str] = Counter()
+
+    def row(qid: str, subject: str, body: str) -> Row | None:
+        subject, body = _collapse(subject), _collapse(body)
+        return Row(qid, subject, body, "semeval2016-qatarliving") if subject and body else None
+
+    para: list[LabelledPair] = []
+    dist: list[LabelledPair] = []
+    for o in origs:
+        related = sorted(by_orig[o], key=lambda r: int(r["relq_rank"]))
+        first = related[0]
+        orig = row(o, first["orgq_subject"], first["orgq_body"])
+        perfect = [
+            row(r["relq_id"], r["relq_subject"], r["relq_body"]) for r in related if r["label"] == "PerfectMatch"
+        ]
+        perfect = [r for r in perfect if r is not None]
+        if orig is None:
+            dropped["original_without_body"] += 1
+            continue
+        if perfect:
+            group = [orig, *perfect]
+            for x, y in zip(group[0::2], group[1::2], strict=False):
+                if registry.try_add([x, y]):
+                    para.append(LabelledPair(x, y, 1, PARAPHRASE))
+                else:
+                    dropped["paraphrase_shares_text"] += 1
+            continue
+        for label in ("Relevant", "Irrelevant"):
+            others = [row(r["relq_id"], r["relq_subject"], r["relq_body"]) for r in related if r["label"] == label]
+            others = [r for r in others if r is not None]
+            if others and registry.try_add([orig, others[0]]):
+                dist.append(LabelledPair(orig, others[0], 0, DISTRACTOR))
+                break
+        else:
+            dropped["distractor_unavailable"] += 1
+    para, dist = para[:max_pairs], dist[: min(max_pairs, len(para))]
+    return write_case(
+        "cqa",
+        Path(out_dir),
+        para + dist,
+        batch_size=batch_size,
+        seed=seed,
+        dropped=dict(sorted(dropped.items())),
+        params={"files": [CQA_FILE], "max_pairs": max_pairs, "batch_size": batch_size, "seed": seed, "part": part},
+        notes="paraphrase = PerfectMatch questions (same question asked again); distractor = a Relevant or "
+        "Irrelevant question the search engine returned for an original with no PerfectMatch; questions of "
+        "different originals are unjudged (the forum repeats its questions) and not scored.",
+        other=UNJUDGED,
+    )
+
+
+CASES: dict[str, Callable[..., Case]] = {
+    "mrpc": build_mrpc,
+    "stsb": build_stsb,
+    "qa-split": build_qa_split,
+    "paws": build_paws,
+    "captions": build_captions,
+    "cqa": build_cqa,
+    "natural": build_natural,
+}
+# Cases whose builder chooses its own batch size unless --batch-size is given (captions: 64, as in
+# caption training; the natural-batch case too).
+CASE_BATCH_SIZE = {"captions": CAPTION_BATCH_SIZE, "natural": CAPTION_BATCH_SIZE}

@@ -21,8 +21,11 @@ distinct text of a case is embedded once.
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -116,15 +119,37 @@ def run_peers(texts: PairTexts, embed: Embedder) -> tuple[dict[str, np.ndarray],
     return masks, sim_ac
 
 
-def default_embedder(batch_size: int = 64, device: str = "cpu") -> Embedder:
-    """The scan's default model (all-MiniLM-L6-v2, verified and loaded offline by contrast_audit.model)."""
+def default_embedder(batch_size: int = 64, device: str = "cpu", cache: Path | None = None) -> Embedder:
+    """The scan's default model (all-MiniLM-L6-v2, verified and loaded offline by contrast_audit.model).
+
+    With ``cache`` (an ``.npz`` file), vectors are kept by the text's sha256 so a rerun embeds only
+    new texts (the vectors are the model's own; the cache only saves the time)."""
     from contrast_audit.model import load, resolve
 
     model = load(resolve(None), device=device)
 
-    def embed(texts: list[str]) -> np.ndarray:
+    def encode(texts: list[str]) -> np.ndarray:
         return model.encode(
             texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
         )
+
+    if cache is None:
+        return encode
+
+    def embed(texts: list[str]) -> np.ndarray:
+        keys = [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in texts]
+        stored: dict[str, np.ndarray] = {}
+        if cache.is_file():
+            with np.load(cache) as data:
+                stored = dict(zip(data["keys"].tolist(), data["vectors"], strict=True))
+        missing = sorted({k: t for k, t in zip(keys, texts, strict=True) if k not in stored}.items())
+        if missing:
+            vectors = encode([t for _, t in missing])
+            stored.update({k: v for (k, _), v in zip(missing, vectors, strict=True)})
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_name(cache.name + ".tmp.npz")
+            np.savez(tmp, keys=np.array(list(stored)), vectors=np.stack(list(stored.values())))
+            os.replace(tmp, cache)
+        return np.stack([stored[k] for k in keys])
 
     return embed

@@ -26,6 +26,7 @@ import numpy as np
 
 from bench.quality import peers as peer_rules
 from bench.quality.cases import (
+    CASE_BATCH_SIZE,
     CASES,
     DEFAULT_BATCH_SIZE,
     DEFAULT_MAX_PAIRS,
@@ -146,11 +147,12 @@ def evaluate_case(
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     try:
+        sizes = {"max_pairs": args.max_pairs} if args.max_pairs is not None else {}
         case = CASES[name](
             Path(args.data),
             Path(args.work) / name,
-            max_pairs=args.max_pairs,
-            batch_size=args.batch_size,
+            **sizes,
+            batch_size=args.batch_size or CASE_BATCH_SIZE.get(name, DEFAULT_BATCH_SIZE),
             seed=args.seed,
             part=args.part,
         )
@@ -172,7 +174,8 @@ def evaluate_case(
     if not args.no_peers:
         start = time.perf_counter()
         if not embedder:
-            embedder.append(peer_rules.default_embedder(batch_size=args.embed_batch_size))
+            cache = Path(args.peer_cache) if args.peer_cache else None
+            embedder.append(peer_rules.default_embedder(batch_size=args.embed_batch_size, cache=cache))
         texts = peer_rules.pair_texts(read_rows(case.path / "pairs.jsonl"), truth.anchor_ids, truth.candidate_ids)
         peer_masks, sim_ac = peer_rules.run_peers(texts, embedder[0])
         result.peer_scores = {peer: score(truth, mask) for peer, mask in peer_masks.items()}
@@ -239,9 +242,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--work", default="/tmp/ca-quality", help="where cases and reports are written")
     parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
     parser.add_argument(
-        "--max-pairs", type=int, default=DEFAULT_MAX_PAIRS, help="cap per label (paraphrase, distractor)"
+        "--max-pairs",
+        type=int,
+        default=None,
+        help=f"cap per label (paraphrase, distractor); default {DEFAULT_MAX_PAIRS}, captions 400, "
+        "natural 128 images per draw",
     )
-    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
+    parser.add_argument(
+        "--batch-size", type=int, default=None, help=f"default {DEFAULT_BATCH_SIZE}, 64 for captions and natural"
+    )
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument(
         "--part",
@@ -257,6 +266,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--no-peers", action="store_true", help="skip the peers (no embedding model)")
     parser.add_argument("--embed-batch-size", type=int, default=64)
+    parser.add_argument(
+        "--peer-cache", default=None, help="an .npz file keeping the peers' vectors between runs (saves time only)"
+    )
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="markdown results file")
     return parser.parse_args(argv)
 

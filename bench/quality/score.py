@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 SCAN_DIRECTION = "query_to_doc"
+UNJUDGED = "unjudged"  # bench.quality.cases.UNJUDGED
 SCAN_ROLE = "positive"
 
 
@@ -128,12 +129,15 @@ class Score:
 
 
 def score(truth: Truth, mask: np.ndarray, outside: int = 0) -> Score:
+    """Counts over the truth's records; records of kind ``unjudged`` are left out (neither right nor wrong)."""
     mask = np.asarray(mask, dtype=bool)
     if mask.shape != truth.labels.shape:
         raise ValueError(f"mask has shape {mask.shape}, the truth {truth.labels.shape}")
+    judged = truth.kinds != UNJUDGED
+    mask = mask & judged
     wrong = mask & ~truth.labels
     return Score(
-        pairs=len(truth),
+        pairs=int(judged.sum()),
         positives=int(truth.labels.sum()),
         flagged=int(mask.sum()) + outside,
         true_positives=int((mask & truth.labels).sum()),

@@ -17,7 +17,12 @@ from contrast_audit.evidence.base import (
     Pairs,
 )
 from contrast_audit.evidence.declared import DeclaredDetector
-from contrast_audit.evidence.embedding import AnchorEmbeddingDetector, EmbeddingDetector, MarginDetector  # noqa: E402
+from contrast_audit.evidence.embedding import (  # noqa: E402
+    AnchorEmbeddingDetector,
+    EmbeddingDetector,
+    MarginDetector,
+    PairDetector,
+)
 from contrast_audit.evidence.exact import ExactDetector
 from contrast_audit.evidence.linked import LinkedDetector
 from contrast_audit.evidence.minhash import MinHashDetector  # noqa: E402
@@ -34,6 +39,7 @@ REGISTRY: dict[str, type] = {
         EmbeddingDetector,
         AnchorEmbeddingDetector,
         MarginDetector,
+        PairDetector,
     )
 }
 
@@ -50,7 +56,7 @@ def default_detectors(
     if cfg.link.max_hops > 0:
         detectors.append(LinkedDetector(cfg.link.max_hops))
     semantic: list[Detector] = []
-    store = margin = None
+    store = margin = pair = None
     if cfg.minhash.enabled:
         m = cfg.minhash
         semantic.append(MinHashDetector(m.threshold, m.num_perm, m.shingle, m.ngram, m.seed))
@@ -60,7 +66,18 @@ def default_detectors(
         e = cfg.embedding
         store = EmbeddingStore(e, progress)
         semantic += [EmbeddingDetector(store, e.positive_threshold), AnchorEmbeddingDetector(store, e.anchor_threshold)]
-        margin = MarginDetector(store, e.absolute_margin, e.relative_margin, e.margin_support, e.margin)
+        margin = MarginDetector(
+            store, e.absolute_margin, e.relative_margin, e.margin_support, e.margin, e.margin_doc_ratio
+        )
+        if e.pair_evidence:
+            pair = PairDetector(
+                store,
+                e.calibration,
+                e.calibration_quantile,
+                e.calibration_floor,
+                e.pair_threshold,
+                e.positive_threshold,
+            )
     from contrast_audit.evidence.guards import Guarded
 
     numbers, aligned = _guards(cfg, store)
@@ -69,6 +86,10 @@ def default_detectors(
     # need not share wording): the number guard only.
     if margin is not None:
         guarded.append(Guarded(margin, numbers) if numbers else margin)
+    # Pair evidence rests on four comparisons of two rows, not on one pair of texts being worded
+    # alike (two captions of one image rarely are): the number guard only, like the margin rule.
+    if pair is not None:
+        guarded.append(Guarded(pair, numbers) if numbers else pair)
     return detectors + guarded
 
 

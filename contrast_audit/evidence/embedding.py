@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import polars as pl
 
 from contrast_audit.corpus import POSITIVE_ROLE, Corpus
 from contrast_audit.embed import EmbeddingStore
@@ -130,12 +131,21 @@ class MarginDetector(_CosineDetector):
         relative_margin: float | None,
         support: float,
         report_suspects: bool,
+        doc_ratio: float = 0.0,
     ) -> None:
         super().__init__(store, threshold=support)
         self.absolute_margin = absolute_margin
         self.relative_margin = relative_margin
         self.support = support
         self.report_suspects = report_suspects
+        self.doc_ratio = doc_ratio
+
+    def prepare(self, corpus: Corpus) -> None:
+        super().prepare(corpus)
+        # Query→document rows: the positive has at least ``doc_ratio`` times the anchor's words. In rows
+        # whose two texts are alike (paraphrase pairs, captions), the rule only says "same topic".
+        words = corpus.texts.select(pl.col("norm").str.split(" ").list.len()).to_series().to_numpy()
+        self.query_doc_row = words[corpus.positive] >= self.doc_ratio * words[corpus.anchor]
 
     def detect(self, pairs: Pairs) -> Hits:
         c, s = self.corpus, self.store
@@ -163,7 +173,7 @@ class MarginDetector(_CosineDetector):
         # them the rule is never more than suspect. Calling one mislabelled takes evidence of
         # equivalence with the row's own texts (exact, near-duplicate), which other detectors give.
         own = (pairs.cand_row == pairs.anchor_row) & (pairs.cand_role > POSITIVE_ROLE)
-        supported &= ~own
+        supported &= ~own & self.query_doc_row[pairs.anchor_row]
         severity = np.where(supported, LIKELY, SUSPECT).astype(np.int8)
         if not self.report_suspects:
             mask &= supported
@@ -180,7 +190,123 @@ class MarginDetector(_CosineDetector):
             "relative_margin": self.relative_margin,
             "absolute_margin": self.absolute_margin,
             "support": self.support,
-            "likely_when": f"rule holds and cosine(candidate, positive) >= {self.support}",
-            "suspect_when": "rule holds alone, or the candidate is the row's own hard negative"
-            + ("" if self.report_suspects else " (not reported; --margin reports them)"),
+            "likely_when": f"rule holds and cosine(candidate, positive) >= {self.support}, in a row whose "
+            f"positive has at least {self.doc_ratio:g} times its anchor's words (query->document)",
+            "suspect_when": "rule holds alone, in a row whose two texts are alike in length, or the candidate is "
+            "the row's own hard negative" + ("" if self.report_suspects else " (not reported; --margin reports them)"),
+        }
+
+
+class PairDetector(_CosineDetector):
+    """Rows compared as pairs: row r = (a, p) and row s = (a', p') are two pairs the data says
+    belong together; s duplicates r when their four cross cosines, sim(a, a'), sim(p, p'),
+    sim(a, p') and sim(p, a'), sit on average at or above their pairings' bars (query–query,
+    doc–doc, query–doc: calibrated from the data by ``contrast_audit.calibration``) and none is
+    under its floor. The score is the bars' query–doc value plus the four cosines' mean excess over
+    their bars, so it reads against the query–doc bar (with equal bars: the mean of the four).
+    Rows whose positive is their anchor are left to ``embedding``."""
+
+    name = "pair"
+    description = "the two rows, compared through all four of their cross cosines, are as close as the data's positives"
+
+    def __init__(
+        self,
+        store: EmbeddingStore,
+        mode: str,
+        quantile: float,
+        floor: float,
+        explicit: float | None,
+        fallback: float,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(store, threshold=fallback)
+        self.mode = mode
+        self.quantile = quantile
+        self.floor = floor
+        self.explicit = explicit
+        self.fallback = fallback
+        self.seed = seed
+
+    def prepare(self, corpus: Corpus) -> None:
+        super().prepare(corpus)
+        from contrast_audit import calibration as cal
+
+        if self.explicit is not None:
+            self.calibration = cal.fixed(self.explicit, "pair-threshold given")
+        elif self.mode == "off":
+            self.calibration = cal.fixed(self.fallback, "calibration off: positive-threshold")
+        else:
+            s, a, p = self.store, corpus.anchor, corpus.positive
+            own = a != p
+            positive = s.cosine(s.query, s.doc, a[own], p[own])
+            i, j = cal.random_row_pairs(corpus.n_rows, cal.RANDOM_PAIRS, self.seed)
+            random = {
+                "query_query": s.cosine(s.query, s.query, a[i], a[j]),
+                "doc_doc": s.cosine(s.doc, s.doc, p[i], p[j]),
+                "query_doc": s.cosine(s.query, s.doc, a[i], p[j]),
+            }
+            self.calibration = cal.calibrate(
+                positive, random, quantile=self.quantile, floor=self.floor, fallback=self.fallback
+            )
+        bars = self.calibration.bars
+        floors = self.calibration.floors or dict.fromkeys(bars, min(self.floor, min(bars.values())))
+        self.bar = {k: float(v) for k, v in bars.items()}
+        self.floors = {k: float(v) for k, v in floors.items()}
+        self.threshold = self.bar["query_doc"]
+
+    def compared(self, pairs: Pairs) -> list[tuple[np.ndarray, np.ndarray]]:
+        c = self.corpus
+        r, s = pairs.anchor_row, pairs.cand_row
+        return [(c.anchor[r], c.anchor[s]), (c.positive[r], c.positive[s])]
+
+    def cosines(self, r: np.ndarray, s: np.ndarray) -> dict[str, np.ndarray]:
+        """The four cross cosines of row pairs (r, s), by the pairing whose bar they meet."""
+        st, a, p = self.store, self.corpus.anchor, self.corpus.positive
+        return {
+            "anchor_anchor": st.cosine(st.query, st.query, a[r], a[s]),
+            "positive_positive": st.cosine(st.doc, st.doc, p[r], p[s]),
+            "anchor_other_positive": st.cosine(st.query, st.doc, a[r], p[s]),
+            "positive_other_anchor": st.cosine(st.doc, st.query, p[r], a[s]),
+        }
+
+    _PAIRING = {
+        "anchor_anchor": "query_query",
+        "positive_positive": "doc_doc",
+        "anchor_other_positive": "query_doc",
+        "positive_other_anchor": "query_doc",
+    }
+
+    def detect(self, pairs: Pairs) -> Hits:
+        c = self.corpus
+        r, s = pairs.anchor_row, pairs.cand_row
+        eligible = (
+            (pairs.cand_role <= POSITIVE_ROLE)
+            & (r != s)
+            & (c.anchor[r] != c.positive[r])
+            & (c.anchor[s] != c.positive[s])
+            & (c.anchor[r] != c.anchor[s])
+            & (c.positive[r] != c.positive[s])
+        )
+        idx = np.flatnonzero(eligible)
+        score = np.zeros(len(pairs), dtype=np.float64)
+        mask = np.zeros(len(pairs), dtype=bool)
+        if idx.size:
+            excess = np.zeros(idx.size, dtype=np.float64)
+            above = np.ones(idx.size, dtype=bool)
+            for key, sims in self.cosines(r[idx], s[idx]).items():
+                pairing = self._PAIRING[key]
+                excess += sims - self.bar[pairing]
+                above &= sims >= self.floors[pairing]
+            score[idx] = self.threshold + excess / 4.0
+            mask[idx] = above & (excess >= 0.0)
+        return Hits(self.name, mask, score, self.threshold, np.full(len(pairs), LIKELY, dtype=np.int8))
+
+    def info(self) -> dict[str, Any]:
+        calibration = getattr(self, "calibration", None)
+        return {
+            "rule": "mean over sim(a, a'), sim(p, p'), sim(a, p'), sim(p, a') of (cosine - its pairing's bar) >= 0, "
+            "each cosine >= its pairing's floor",
+            "score": "query-doc bar + the four cosines' mean excess over their bars",
+            "calibration": calibration.info() if calibration else None,
+            "calibration_line": calibration.line() if calibration else None,
         }

@@ -101,6 +101,12 @@ def embedding_line(result: AuditResult) -> str | None:
     )
 
 
+def calibration_line(result: AuditResult) -> str | None:
+    """How the pair evidence's bars were set (calibrated from the data, or fixed), one line."""
+    info = result.judgement.detector_info.get("pair")
+    return info.get("calibration_line") if info else None
+
+
 def plan_line(result: AuditResult) -> str:
     """Where the batches came from and what each comparison set holds."""
     c = result.counts()

@@ -6,6 +6,7 @@ from contrast_audit.api import AuditResult
 from contrast_audit.report.common import (
     OVERLAP_TITLES,
     baseline_lines,
+    calibration_line,
     clip,
     embedding_line,
     evidence_text,
@@ -28,6 +29,7 @@ def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
         "",
         *(f"- mapping: {line}" for line in mapping_lines(result)),
         *([f"- model: {line}"] if (line := embedding_line(result)) is not None else []),
+        *([f"- pair evidence: {line}"] if (line := calibration_line(result)) is not None else []),
         *(f"- **warning**: {line}" for line in result.warnings),
         f"- comparison sets: {c['batches']} (batch size {result.config.plan.batch_size}, "
         f"world size {result.config.plan.world_size}; directions {', '.join(result.config.loss.directions)})",

@@ -16,6 +16,7 @@ from contrast_audit.report.common import (
     MARGIN_LEGEND,
     OVERLAP_TITLES,
     baseline_lines,
+    calibration_line,
     clip,
     embedding_line,
     evidence_text,
@@ -59,6 +60,8 @@ def render(result: AuditResult, *, top: int = 20, color: bool = False, width: in
     console.print(f"  plan     {plan_line(result)}", markup=False)
     if (line := embedding_line(result)) is not None:
         console.print(f"  model    {line}", markup=False)
+    if (line := calibration_line(result)) is not None:
+        console.print(f"  pairs    {line}", markup=False)
     if c["skipped_rows"]:
         console.print(f"  skipped  {plural(c['skipped_rows'], 'bad row')} (see the JSON report for each location)")
     for line in result.warnings:

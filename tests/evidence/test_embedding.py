@@ -112,6 +112,22 @@ def test_margin_is_likely_only_when_the_candidate_is_near_the_positive():
     assert quiet.mask.tolist() == [True, False]
 
 
+def test_margin_is_likely_only_in_query_to_document_rows():
+    # The same texts as above, one word each: with doc_ratio 2 no row is a query->document row, so
+    # the supported candidate stays suspect; give row 0 a long positive and it is likely again.
+    c = corpus_of(ROWS)
+    store = FixedStore(VECTORS)
+    det = prepared(MarginDetector(store, None, 0.5, support=0.9, report_suspects=True, doc_ratio=2.0), c)
+    hits = det.detect(q2d_pairs(c, [0], [1]))
+    assert hits.mask.tolist() == [True] and hits.severity.tolist() == [SUSPECT]
+    long_doc = "d0 with many more words in it"
+    rows = [("q0", long_doc), *ROWS[1:]]
+    store = FixedStore({**VECTORS, long_doc: VECTORS["d0"]})
+    det = prepared(MarginDetector(store, None, 0.5, support=0.9, report_suspects=True, doc_ratio=2.0), corpus_of(rows))
+    assert det.detect(q2d_pairs(corpus_of(rows), [0], [1])).severity.tolist() == [LIKELY]
+    assert "query->document" in det.info()["likely_when"]
+
+
 def test_margin_alone_never_makes_a_rows_own_hard_negative_likely():
     # Row 0's hard negative is d1: within the margin of d0 and near it (supported), which makes the
     # same text a likely finding as another row's positive, but only a suspect mislabelled negative:
@@ -129,24 +145,40 @@ def test_margin_alone_never_makes_a_rows_own_hard_negative_likely():
 
 
 def test_policy_wires_detectors_from_config():
-    detectors = default_detectors(build_config({}))
+    detectors = default_detectors(build_config({"pair_evidence": True}))  # pair evidence is opt-in
     names = [d.name for d in detectors]
     assert set(names) == set(REGISTRY)  # every detector a scan runs is registered, and vice versa
-    assert names == ["exact", "same-anchor", "declared", "linked", "minhash", "embedding", "anchor-embedding", "margin"]
-    margin = detectors[-1].inner  # semantic detectors sit behind the guards
-    assert detectors[-1].info()["number_guard_words"] == 50
-    assert "alignment_threshold" not in detectors[-1].info()  # the margin rule is not a near-duplicate claim
-    assert detectors[-2].info()["alignment_threshold"] == 0.8
-    assert detectors[-2].info()["alignment_match"] == 0.7
+    assert names == [
+        "exact",
+        "same-anchor",
+        "declared",
+        "linked",
+        "minhash",
+        "embedding",
+        "anchor-embedding",
+        "margin",
+        "pair",
+    ]
+    by_name = {d.name: d for d in detectors}
+    margin = by_name["margin"].inner  # semantic detectors sit behind the guards
+    assert by_name["margin"].info()["number_guard_words"] == 50
+    assert "alignment_threshold" not in by_name["margin"].info()  # the margin rule is not a near-duplicate claim
+    assert "alignment_threshold" not in by_name["pair"].info()  # nor is pair evidence
+    assert by_name["pair"].info()["number_guard_words"] == 50
+    assert by_name["anchor-embedding"].info()["alignment_threshold"] == 0.8
+    assert by_name["anchor-embedding"].info()["alignment_match"] == 0.7
     assert (margin.relative_margin, margin.absolute_margin, margin.support, margin.report_suspects) == (
         0.25,
         None,
         0.65,
         False,
     )
-    absolute = default_detectors(
-        build_config({"minhash": False, "absolute_margin": 0.05, "margin": True, "number_guard": 0})
-    )[-1]
+    absolute = {
+        d.name: d
+        for d in default_detectors(
+            build_config({"minhash": False, "absolute_margin": 0.05, "margin": True, "number_guard": 0})
+        )
+    }["margin"]
     assert (absolute.relative_margin, absolute.absolute_margin, absolute.report_suspects) == (None, 0.05, True)
     off = [d.name for d in default_detectors(build_config({"minhash": False, "embeddings": False}))]
     assert off == ["exact", "same-anchor", "declared", "linked"]
@@ -158,7 +190,7 @@ def test_policy_wires_detectors_from_config():
         build_config({"alignment": 1.2})
     with pytest.raises(ConfigError, match="alignment-match"):
         build_config({"alignment_match": -0.1})
-    soft = default_detectors(build_config({"alignment_match": 0}))[-2]
+    soft = {d.name: d for d in default_detectors(build_config({"alignment_match": 0}))}["anchor-embedding"]
     assert soft.info()["alignment_match"] == 0.0
     unaligned = default_detectors(build_config({"alignment": 0}))
     assert all(not any(isinstance(g, AlignmentGuard) for g in d.guards) for d in unaligned if hasattr(d, "guards"))
