@@ -31,19 +31,10 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-from datasketch import MinHash
-from datasketch.lsh import _false_positive_probability
 
 from contrast_audit.corpus import Corpus
 from contrast_audit.errors import ConfigError
 from contrast_audit.evidence.base import LIKELY, Hits, Pairs
-
-try:  # datasketch >= 2.0: the affine32 scheme and its input mix
-    from datasketch.minhash import _fmix
-
-    _DATASKETCH_OK = True
-except ImportError:  # pragma: no cover - depends on the installed datasketch
-    _DATASKETCH_OK = False
 
 SCHEME = "affine32"
 SHINGLES = ("word", "char")
@@ -58,6 +49,42 @@ _PAIRS_PER_BLOCK = 1 << 16  # pairs whose signatures are compared at once
 _CANDIDATES_PER_CHUNK = 4_000_000  # LSH candidate pairs expanded and verified at once
 TEXTS_PER_CHUNK = 131_072  # texts signed and banded at once by the detector
 CANDIDATE_RECALL = 0.98  # least probability that a pair at exactly the threshold is an LSH candidate
+# MurmurHash3's finalizer (shifts and multipliers), datasketch's input mix for affine32 and 64-bit keys.
+_FMIX = {
+    32: (np.uint32(16), np.uint32(0x85EBCA6B), np.uint32(13), np.uint32(0xC2B2AE35), np.uint32(16)),
+    64: (np.uint64(33), np.uint64(0xFF51AFD7ED558CCD), np.uint64(33), np.uint64(0xC4CEB9FE1A85EC53), np.uint64(33)),
+}
+
+
+def _fmix(hv: np.ndarray, width: int) -> np.ndarray:
+    """MurmurHash3's finalizer on uint32 or uint64 arrays (``datasketch.minhash._fmix``)."""
+    s1, m1, s2, m2, s3 = _FMIX[width]
+    hv = hv ^ (hv >> s1)
+    hv = hv * m1
+    hv = hv ^ (hv >> s2)
+    hv = hv * m2
+    return hv ^ (hv >> s3)
+
+
+def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(a, b) uint32 of ``datasketch.MinHash(num_perm, seed, scheme="affine32").permutations``: odd
+    ``a`` and any ``b`` drawn from ``numpy.random.RandomState(seed)``. Reproduced here so a scan does
+    not import datasketch (which imports scipy for its LSH optimiser); tested equal."""
+    gen = np.random.RandomState(seed)
+    a = gen.randint(0, 1 << 31, num_perm, dtype=np.uint32) * np.uint32(2) + np.uint32(1)
+    b = gen.randint(0, 1 << 32, num_perm, dtype=np.uint32)
+    return a, b
+
+
+def false_positive_mass(threshold: float, bands: int, rows: int) -> float:
+    """The integral of the candidate probability below ``threshold`` (datasketch's
+    ``_false_positive_probability``), by Simpson's rule on 2,001 points."""
+    s = np.linspace(0.0, threshold, 2001)
+    f = 1.0 - (1.0 - s**rows) ** bands
+    h = threshold / 2000
+    return float(h / 3 * (f[0] + f[-1] + 4 * f[1:-1:2].sum() + 2 * f[2:-1:2].sum()))
+
+
 _TOKEN = {"word": r"\S+", "char": r"(?s)."}
 _JOIN = {"word": " ", "char": ""}
 
@@ -139,8 +166,8 @@ class Signatures:
 
 def signatures(texts: pl.Series, *, num_perm: int, seed: int, shingle: str, ngram: int) -> Signatures:
     """One MinHash signature per text, in bulk, chunked so memory stays bounded."""
-    a, b = MinHash(num_perm=num_perm, seed=seed, scheme=SCHEME).permutations
-    a, b = a.astype(np.uint32)[:, None], b.astype(np.uint32)[:, None]
+    a, b = permutations(num_perm, seed)
+    a, b = a[:, None], b[:, None]
     n = texts.len()
     values = np.full((n, num_perm), MAX_HASH, dtype=np.uint32)
     empty = np.ones(n, dtype=bool)
@@ -213,7 +240,7 @@ def lsh_params(threshold: float, num_perm: int) -> tuple[int, int]:
     for rows in range(1, num_perm + 1):
         bands = num_perm // rows
         recall = float(candidate_probability(threshold, bands, rows))
-        false_pos = _false_positive_probability(threshold, bands, rows) if threshold < 1 else 0.0
+        false_pos = false_positive_mass(threshold, bands, rows) if threshold < 1 else 0.0
         options.append((recall >= CANDIDATE_RECALL, -false_pos, recall, -bands, rows))
     reaches = [o for o in options if o[0]]
     best = max(reaches, key=lambda o: o[1:]) if reaches else max(options, key=lambda o: (o[2], o[1], *o[3:]))
@@ -236,8 +263,6 @@ class MinHashDetector:
     def __init__(
         self, threshold: float = 0.5, num_perm: int = 128, shingle: str = "word", ngram: int = 3, seed: int = 1
     ) -> None:
-        if not _DATASKETCH_OK:
-            raise ConfigError("the minhash detector needs datasketch >= 2.0", fix="pip install -U 'datasketch>=2.0'")
         if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0 < threshold <= 1:
             raise ConfigError(f"minhash threshold must be in (0, 1], got {threshold!r}")
         if isinstance(num_perm, bool) or not isinstance(num_perm, int) or num_perm < 16:

@@ -328,3 +328,37 @@ def test_detector_does_not_depend_on_text_chunks(monkeypatch):
     assert np.array_equal(whole.empty, chunked.empty)
     assert whole.pairs.equals(chunked.pairs)
     assert whole.pairs.height >= 10
+
+
+@pytest.mark.parametrize(("num_perm", "seed"), [(128, 1), (64, 7), (16, 2**32 - 1)])
+def test_permutations_are_datasketchs(num_perm, seed):
+    a, b = mh.permutations(num_perm, seed)
+    ref = datasketch.MinHash(num_perm=num_perm, seed=seed, scheme="affine32").permutations
+    assert a.dtype == b.dtype == np.uint32
+    assert np.array_equal(a, ref[0]) and np.array_equal(b, ref[1])
+
+
+@pytest.mark.parametrize(("threshold", "bands", "rows"), [(0.7, 25, 5), (0.5, 42, 3), (0.9, 11, 11), (0.3, 64, 2)])
+def test_false_positive_mass_is_datasketchs_integral(threshold, bands, rows):
+    expected = _false_positive_probability(threshold, bands, rows)
+    assert mh.false_positive_mass(threshold, bands, rows) == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
+def test_minhash_imports_neither_datasketch_nor_its_optimisers_scipy(tmp_path):
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from support import corpus_of\n"
+        "from contrast_audit.evidence.minhash import MinHashDetector\n"
+        "MinHashDetector().prepare(corpus_of([('a b c d', 'a b c e')]))\n"
+        "print(sorted(m for m in ('datasketch', 'scipy.integrate', 'torch') if m in sys.modules))\n"
+    )
+    from pathlib import Path
+
+    tests = Path(__file__).parent.parent
+    env = {**__import__("os").environ, "PYTHONPATH": f"{tests}{__import__('os').pathsep}{tests.parent}"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
