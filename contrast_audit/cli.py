@@ -286,7 +286,7 @@ OutputOpt = Annotated[
     str | None,
     _opt(
         "Write the report here (atomically; checked before the scan) instead of stdout; without --format the "
-        "extension picks the format (.json, .md, .html, .txt).",
+        "extension picks the format (.json, .md, .html, .sarif, .txt).",
         "Output",
     ),
 ]
@@ -758,6 +758,95 @@ def init(
 
     target = write(output, force=force)
     _stderr().print(f"contrast-audit: wrote {target}; uncomment the settings you want to change", markup=False)
+
+
+class MultiPositive(str, Enum):
+    sum = "sum"
+    mean = "mean"
+    off = "off"
+
+
+@app.command()
+@handle_errors
+def train(
+    data: Data,
+    manifest: Annotated[
+        str, _opt("The manifest planned for DATA (contrast-audit manifest).", "Training", "--manifest")
+    ],
+    out: Annotated[
+        str, _opt("Write the trained model directory here (atomically; must not exist).", "Output", "--out")
+    ],
+    model: Annotated[
+        str | None,
+        _opt("Local sentence-transformers model to start from.  \\[default: the bundled all-MiniLM-L6-v2]", "Training"),
+    ] = None,
+    max_steps: Annotated[int | None, _opt("Stop after this many optimizer steps.", "Training")] = None,
+    epochs: Annotated[
+        int | None, _opt("Epochs to train (at most the manifest's).  \\[default: the manifest's]", "Training")
+    ] = None,
+    lr: Annotated[float, _opt("Learning rate.", "Training")] = 2e-5,
+    seed: Annotated[
+        int, _opt("Seed for dropout and initialisation (the batches come from the manifest).", "Training")
+    ] = 0,
+    scale: Annotated[float, _opt("Similarity scale = 1/temperature (logged as both).", "Training")] = 20.0,
+    multi_positive: Annotated[
+        MultiPositive,
+        _opt(
+            "Label normalisation for a multi-positive manifest: sum = -log of the positive set's summed probability; mean = mean -log over positives; off = mask them instead.",
+            "Training",
+        ),
+    ] = MultiPositive.sum,
+    quiet: Quiet = False,
+) -> None:
+    """Fine-tune a model on DATA as a manifest plans it: its batches, with its false negatives masked."""
+    from contrast_audit.train.trainer import train as run_training
+
+    result = run_training(
+        data,
+        manifest,
+        out,
+        model=model,
+        epochs=epochs,
+        max_steps=max_steps,
+        lr=lr,
+        seed=seed,
+        scale=scale,
+        multi_positive=multi_positive.value,
+        progress=not quiet and sys.stderr.isatty(),
+    )
+    if not quiet:
+        _stderr().print(
+            f"contrast-audit: trained {result.steps} steps (scale {scale:g}, temperature {1 / scale:g}); model written to {out}, log {result.log}",
+            markup=False,
+        )
+    raise typer.Exit(EXIT_OK)
+
+
+class EvalFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+@app.command("eval")
+@handle_errors
+def eval_command(
+    model: Annotated[
+        str, typer.Argument(help="A trained model directory, or 'default' for the bundled model.", show_default=False)
+    ],
+    queries: Annotated[str, _opt("BEIR queries.jsonl (_id, text).", "Data")],
+    corpus: Annotated[str, _opt("BEIR corpus.jsonl (_id, title, text).", "Data")],
+    qrels: Annotated[str, _opt("BEIR qrels TSV (query-id, corpus-id, score; score > 0 is relevant).", "Data")],
+    query_prompt: Annotated[str | None, _opt("Prefix for queries (the scoring contract, as in scan).", "Data")] = None,
+    doc_prompt: Annotated[str | None, _opt("Prefix for documents (the scoring contract, as in scan).", "Data")] = None,
+    output_format: Annotated[EvalFormat, _opt("Output format.", "Output", "--format")] = EvalFormat.text,
+) -> None:
+    """Retrieval quality of MODEL on held-out queries: Recall@1/5/10, MRR@10, nDCG@10."""
+    from contrast_audit.train.evaluate import evaluate, render_json, render_text
+
+    result = evaluate(
+        None if model == "default" else model, queries, corpus, qrels, query_prompt=query_prompt, doc_prompt=doc_prompt
+    )
+    _emit(render_json(result) if output_format == EvalFormat.json else render_text(result), None)
     raise typer.Exit(EXIT_OK)
 
 

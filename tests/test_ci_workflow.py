@@ -26,6 +26,8 @@ OLD_ROWS = [
 ]
 DUPLICATE = {"id": "new-dup", "anchor": "another way to ask about topic 2", "positive": "Answer text 2 on topic 2."}
 CLEAN = {"id": "new-clean", "anchor": "a brand new question", "positive": "a brand new answer"}
+EVAL_QUERIES = [{"_id": "q1", "text": "how do I rotate my api key"}, {"_id": "q2", "text": "what is the refund window"}]
+LEAK = {"id": "new-leak", "anchor": "How do I rotate my API key?", "positive": "Settings, then Keys, then Rotate"}
 MISLABELLED = {
     "id": "new-neg",
     "anchor": "refund policy",
@@ -75,7 +77,10 @@ def repo(tmp_path: Path) -> Path:
     git(repo, "config", "user.name", "CI")
     (repo / "data" / "train.jsonl").write_text(jsonl(OLD_ROWS), encoding="utf-8")
     (repo / "README.md").write_text("data\n", encoding="utf-8")
-    (repo / "contrast-audit.toml").write_text("embeddings = false\nbatch-size = 64\n", encoding="utf-8")
+    (repo / "eval").mkdir()
+    (repo / "eval" / "queries.jsonl").write_text(jsonl(EVAL_QUERIES), encoding="utf-8")
+    settings = 'embeddings = false\nbatch-size = 64\neval = ["eval/queries.jsonl"]\n'
+    (repo / "contrast-audit.toml").write_text(settings, encoding="utf-8")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "base")
     return repo
@@ -147,7 +152,7 @@ def test_workflow_shape():
 def test_gate_fails_a_change_that_adds_a_duplicate(repo: Path, tmp_path: Path):
     base = git(repo, "rev-parse", "HEAD")
     with (repo / "data" / "train.jsonl").open("a", encoding="utf-8") as handle:
-        handle.write(jsonl([CLEAN, DUPLICATE]))
+        handle.write(jsonl([CLEAN, DUPLICATE, LEAK]))
     (repo / "data" / "extra.jsonl").write_text(jsonl([MISLABELLED]), encoding="utf-8")
     (repo / "README.md").write_text("data, more\n", encoding="utf-8")
     git(repo, "add", "-A")
@@ -161,16 +166,20 @@ def test_gate_fails_a_change_that_adds_a_duplicate(repo: Path, tmp_path: Path):
     assert ("data/train.jsonl", "8", "contrast-audit: In-batch false negative (certain)") in errors
     assert ("data/train.jsonl", "3", "contrast-audit: In-batch false negative (certain)") in errors
     assert ("data/extra.jsonl", "1", "contrast-audit: Mislabelled hard negative") in errors
-    assert len(errors) == 3
+    assert ("data/train.jsonl", "9", "contrast-audit: Evaluation data leak") in errors
+    assert errors[0][2] == "contrast-audit: Evaluation data leak"  # the worst first
+    assert len(errors) == 4
     assert commands(done.stdout) == []  # the annotations went to stderr
     text = summary.read_text(encoding="utf-8")
     assert "Gate: **FAILED**" in text and "| `certain>0` | 2 | FAILED |" in text
-    assert "another way to ask about topic 2" in text
+    assert "| `leaks>0` | 1 | FAILED |" in text and "how do I rotate my api key" in text
+    assert "Answer text 2 on topic 2." in text  # the new row's text, shown in the summary
     report = json.loads((repo / "reports" / "contrast-audit.json").read_text(encoding="utf-8"))
     assert report["counts"]["findings"] == 2 and report["counts"]["mislabelled_negatives"] == 1
     sarif = json.loads((repo / "reports" / "contrast-audit.sarif").read_text(encoding="utf-8"))
     uris = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in sarif["runs"][0]["results"]}
     assert uris == {"data/train.jsonl", "data/extra.jsonl"}
+    assert "eval-leak" in {r["ruleId"] for r in sarif["runs"][0]["results"]}
     assert (repo / "reports" / "contrast-audit.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
 
 

@@ -20,7 +20,7 @@ import polars as pl
 from contrast_audit.api import AuditResult
 from contrast_audit.errors import AuditError, ConfigError
 from contrast_audit.gate import GateResult
-from contrast_audit.report.common import clip, evidence_text
+from contrast_audit.report.common import clip, evidence_text, plural
 from contrast_audit.report.located import (
     RULE_BY_ID,
     RULES,
@@ -124,7 +124,8 @@ def step_summary(result: AuditResult, gate: GateResult | None = None, *, top: in
     else:
         out += ["Gate: no `--fail-on` conditions (the scan reports only).", ""]
     out += [
-        f"{c['rows']} rows, {c['batches']} batches, {c['candidates']} candidates compared; "
+        f"{plural(c['rows'], 'row')}, {plural(c['batches'], 'batch', 'batches')}, "
+        f"{plural(c['candidates'], 'candidate')} compared; "
         f"false-negative rate {c['fn_rate']:.4%}.",
         "",
         "| result | new | baseline | masked | total |",
@@ -162,13 +163,17 @@ def step_summary(result: AuditResult, gate: GateResult | None = None, *, top: in
         out += [
             f"### New findings ({shown.height} of {findings.height})",
             "",
-            "| kind | row | text | alleged negative | evidence |",
+            "| kind | row | its positive | alleged negative | evidence |",
             "|---|---|---|---|---|",
         ]
         for r in shown.iter_rows(named=True):
+            if r["rule"] == "mislabelled-negative":  # the row's own hard negative against its positive
+                positive, negative, of = r["other_text"], r["text"], (r["row_id"], r["role"])
+            else:
+                positive, negative, of = r["positive_text"], r["other_text"], (r["other_id"], r["other_role"])
             out.append(
                 f"| {RULE_BY_ID[r['rule']].title} | `{_cell(r['row_id'])}` ({_cell(where(r['file'], r['line']))}) | "
-                f"{_cell(r['text'])} | {_cell(r['other_text'])} (`{_cell(r['other_id'])}` {r['other_role']}) | "
+                f"{_cell(positive)} | {_cell(negative)} (`{_cell(of[0])}` {of[1]}) | "
                 f"{evidence_text(r['evidence'] or [])} |"
             )
         out.append("")

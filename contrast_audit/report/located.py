@@ -220,9 +220,11 @@ def _overlaps(result: AuditResult) -> pl.DataFrame:
         idx = row.fill_null(0).to_numpy()
         spelled = result.corpus.spelling(idx, _role_code(joined.get_column("role")))
         texts = pl.Series(np.where(known, spelled.to_numpy(), None), dtype=pl.String)
-    other_text = (
-        joined.get_column("target_text") if "target_text" in joined.columns else pl.Series([None] * o.height)
-    ).cast(pl.String)
+    other_text = pl.Series([None] * o.height, dtype=pl.String)
+    found = result.overlap_texts  # the scan's texts of both sides, row for row with the overlaps
+    if found is not None and found.height == o.height and {"text", "target_text"} <= set(found.columns):
+        texts = found.get_column("text").cast(pl.String).fill_null(texts)
+        other_text = found.get_column("target_text").cast(pl.String)
     masked = joined.get_column("masked") if "masked" in joined.columns else pl.Series([False] * o.height)
     return pl.DataFrame(
         {

@@ -71,24 +71,40 @@ def _store(result: AuditResult):
     return None
 
 
+SCORE_BLOCK = 4_000_000  # anchor × candidate scores computed at a time
+
+
 def anchor_scores(result: AuditResult) -> pl.DataFrame | None:
     """Per anchor row: ``positive_score`` (cosine anchor–positive), ``negative_score`` (the highest
-    cosine of an in-batch ``query_to_doc`` candidate), ``flagged`` (the anchor of a finding that
-    counts). ``None`` without embeddings."""
-    from contrast_audit.evidence.embedding import pair_scores, row_positive_scores
-    from contrast_audit.judge import _chunks, batch_pairs, direction_pairs
+    cosine of an in-batch ``query_to_doc`` candidate: another row's positive or hard negative),
+    ``flagged`` (the anchor of a finding that counts). ``None`` without embeddings.
+
+    Batches of one size are scored together as one batched matrix product of the store's unit
+    vectors (anchors × candidates), in blocks of about ``SCORE_BLOCK`` scores."""
+    from contrast_audit.evidence.embedding import row_positive_scores
 
     store = _store(result)
     if store is None:
         return None
     corpus = result.corpus
-    batches = result.plan.global_batches(result.config.plan.world_size)
+    gb = result.plan.global_batches(result.config.plan.world_size)
     best = np.full(corpus.n_rows, -np.inf, dtype=np.float32)
-    for start, stop in _chunks(batches, 1 + corpus.negatives.shape[1]):
-        batch, anchor, other = batch_pairs(batches, start, stop)
-        pairs, _ = direction_pairs(corpus, "query_to_doc", batch, anchor, other)
-        cand, _ = pair_scores(store, corpus, pairs)
-        np.maximum.at(best, pairs.anchor_row, cand)
+    sizes = gb.sizes
+    width = 1 + corpus.negatives.shape[1]
+    for size in np.unique(sizes[sizes > 1]).tolist():
+        starts = gb.offsets[:-1][sizes == size]
+        step = max(1, SCORE_BLOCK // (size * size * width))
+        for lo in range(0, starts.shape[0], step):
+            rows = gb.rows[starts[lo : lo + step, None] + np.arange(size)]  # (batches, size)
+            q = store.query[corpus.anchor[rows]]
+            cand_tid = np.concatenate(
+                [corpus.positive[rows], *(corpus.negatives[rows, k] for k in range(width - 1))], 1
+            )
+            cand_row = np.tile(rows, (1, width))
+            scores = np.matmul(q, store.doc[np.maximum(cand_tid, 0)].transpose(0, 2, 1))  # (batches, size, cands)
+            invalid = (cand_row[:, None, :] == rows[:, :, None]) | (cand_tid[:, None, :] < 0)
+            scores[invalid] = -np.inf
+            np.maximum.at(best, rows.ravel(), scores.max(axis=2).ravel())
     positive = row_positive_scores(store, corpus, False)
     flagged = np.zeros(corpus.n_rows, dtype=bool)
     flagged[result.active_findings.get_column("anchor_row").to_numpy()] = True

@@ -61,7 +61,7 @@ def message(r: dict[str, Any], root: Path | None = None) -> str:
     if rule == "mislabelled-negative":
         return (
             f"Row {r['row_id']}: hard negative {r['role']} “{text}” is equivalent ({r['severity']}) to the row's own "
-            f"anchor or positive “{clip(r['other_text'] or '', TEXT_WIDTH)}”; evidence: {evidence}."
+            f"positive “{clip(r['other_text'] or '', TEXT_WIDTH)}” or its anchor; evidence: {evidence}."
         )
     target = "eval row" if rule == "eval-leak" else "existing row"
     matched = f" “{clip(r['other_text'], TEXT_WIDTH)}”" if r["other_text"] else ""
@@ -100,10 +100,10 @@ def _properties(r: dict[str, Any]) -> dict[str, Any]:
 
 def sarif_log(result: AuditResult, *, baseline: bool | None = None, root: Path | None = None) -> dict[str, Any]:
     """The SARIF log as a dict. ``baseline``: whether a baseline report was given (default: whether
-    any result is marked as in the baseline)."""
+    the scan read one, or any result is marked as in the baseline)."""
     table = located(result)
     if baseline is None:
-        baseline = bool(table.height) and bool(table.get_column("baseline").any())
+        baseline = result.baseline_file is not None or (bool(table.height) and bool(table.get_column("baseline").any()))
     results = []
     for r in table.iter_rows(named=True):
         rule = RULE_BY_ID[r["rule"]]

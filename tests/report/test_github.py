@@ -216,3 +216,16 @@ def test_paths_are_relative_to_the_github_workspace(tmp_path: Path, monkeypatch:
     monkeypatch.delenv("GITHUB_WORKSPACE")
     assert display_path("pairs.jsonl") == "pairs.jsonl"
     assert display_path(str(tmp_path / "elsewhere.jsonl")) == (tmp_path / "elsewhere.jsonl").as_posix()
+
+
+def test_parquet_rows_are_annotated_on_the_file(data: Path):
+    import dataclasses
+
+    import polars as pl
+    from ci_support import overlaps_for
+
+    result = lexical_result(data)
+    overlaps = overlaps_for(data).with_columns(file=pl.lit("data/new.parquet"))
+    lines = annotations(dataclasses.replace(result, overlaps=overlaps))
+    leak = next(parse_command(line) for line in lines if "Evaluation data leak" in line)
+    assert leak[1]["file"] == "data/new.parquet" and "line" not in leak[1]

@@ -105,3 +105,27 @@ def test_parquet_rows_have_no_line_region(data: Path):
     leak = next(r for r in log["runs"][0]["results"] if r["ruleId"] == "eval-leak")
     assert leak["locations"][0]["physicalLocation"] == {"artifactLocation": {"uri": "data/new.parquet"}}
     assert leak["properties"]["row_number"] == 5
+
+
+def test_scan_with_a_baseline_marks_sarif_results(data: Path, tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from contrast_audit.cli import app
+
+    env = {"GITHUB_ACTIONS": "", "GITHUB_STEP_SUMMARY": ""}
+    lexical = ["--no-embeddings", "--no-minhash", "-q"]
+    runner = CliRunner()
+    made = runner.invoke(app, ["scan", "data/pairs.jsonl", "--output", "baseline.json", *lexical], env=env)
+    assert made.exit_code == 0, made.output
+    with (tmp_path / "data" / "pairs.jsonl").open("a", encoding="utf-8") as handle:
+        handle.write('{"id": "f", "anchor": "dark theme", "positive": "enable dark mode in settings"}\n')
+    run = runner.invoke(
+        app, ["scan", "data/pairs.jsonl", "--baseline", "baseline.json", "--output", "scan.sarif", *lexical], env=env
+    )
+    assert run.exit_code == 0, run.output
+    log = json.loads((tmp_path / "scan.sarif").read_text(encoding="utf-8"))
+    validate(log)
+    states = {(r["ruleId"], r["properties"]["row_id"]): r["baselineState"] for r in log["runs"][0]["results"]}
+    assert states[("false-negative-certain", "a")] == "unchanged"
+    assert states[("mislabelled-negative", "d")] == "unchanged"
+    assert states[("false-negative-certain", "f")] == "new"  # f's positive repeats c's

@@ -1,0 +1,89 @@
+"""The training dataset a manifest refers to: the data loaded with the manifest's column mapping,
+checked against its fingerprint, as a ``datasets.Dataset``.
+
+Columns: ``anchor``, ``positive``, ``negative_1`` .. ``negative_k`` (texts; sentence-transformers reads
+them in this order) and ``label``: the row's index in the data, which the trainer's collator hands to the
+loss as ``labels`` so :class:`MaskedMultipleNegativesRankingLoss` can look up the batch's masks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from contrast_audit.config import ColumnMapping
+from contrast_audit.errors import InputError
+from contrast_audit.io.load import load_rows
+from contrast_audit.train._manifest import Manifest, check_fingerprint
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    dataset: Any  # datasets.Dataset
+    row_ids: list[str]
+    n_negatives: int
+    rows: pl.DataFrame
+
+
+def mapping_from_manifest(manifest: Manifest, user: ColumnMapping | None = None) -> ColumnMapping:
+    """The column mapping the manifest was planned with (the user's, when given, wins)."""
+    if user is not None and user != ColumnMapping():
+        return user
+    mapping = manifest.header.get("mapping") or {}
+    if isinstance(mapping, list):
+        mapping = mapping[0] if mapping else {}
+    if isinstance(mapping, dict) and isinstance(mapping.get("files"), list) and mapping["files"]:
+        mapping = mapping["files"][0]
+    if not isinstance(mapping, dict):
+        return ColumnMapping()
+    return ColumnMapping(
+        anchor=mapping.get("anchor"),
+        positive=mapping.get("positive"),
+        negatives=tuple(mapping.get("negatives") or ()),
+        id=mapping.get("id"),
+        source=mapping.get("source"),
+        cohort=mapping.get("cohort"),
+        group=mapping.get("group"),
+    )
+
+
+def rows_dataset(rows: pl.DataFrame, data_label: str = "data") -> TrainingData:
+    """A ``datasets.Dataset`` (anchor, positive, negative_k..., label = row index) from canonical rows."""
+    from datasets import Dataset
+
+    counts = rows.get_column("negatives").list.len().fill_null(0)
+    n_negatives = int(counts.max() or 0)
+    if rows.height and int(counts.min() or 0) != n_negatives:
+        first = int((counts != n_negatives).arg_max() or 0)
+        raise InputError(
+            data_label,
+            f"rows have between {int(counts.min())} and {n_negatives} hard negatives; training needs the same number on every row",
+            row=first + 1,
+            fix="give every row the same number of negatives, or map fewer negative columns",
+        )
+    columns: dict[str, list] = {
+        "anchor": rows.get_column("anchor").to_list(),
+        "positive": rows.get_column("positive").to_list(),
+    }
+    for k in range(n_negatives):
+        columns[f"negative_{k + 1}"] = rows.get_column("negatives").list.get(k).to_list()
+    columns["label"] = list(range(rows.height))
+    return TrainingData(
+        dataset=Dataset.from_dict(columns),
+        row_ids=rows.get_column("id").cast(pl.String).to_list(),
+        n_negatives=n_negatives,
+        rows=rows,
+    )
+
+
+def manifest_dataset(
+    data: str | Sequence[str], manifest: Manifest, mapping: ColumnMapping | None = None
+) -> TrainingData:
+    """Load ``data`` as the manifest was planned, refuse a fingerprint mismatch, build the dataset."""
+    patterns = [data] if isinstance(data, str) else list(data)
+    loaded = load_rows(patterns, mapping_from_manifest(manifest, mapping))
+    check_fingerprint(manifest, loaded.rows, ", ".join(patterns))
+    return rows_dataset(loaded.rows, ", ".join(patterns))

@@ -1,0 +1,94 @@
+"""The manifest's masks and extra positives as (anchor row, candidate row, role) relations per
+direction, keyed by dataset row index, so a loss can look them up for whatever batch it is given.
+
+Roles are coded as integers: 0 is the direction's default (``positive`` for ``query_to_doc`` and
+``doc_to_doc``, ``anchor`` for ``query_to_query`` and ``doc_to_query``), k is ``negative_k``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from contrast_audit.errors import InputError
+from contrast_audit.train._manifest import Manifest, default_role
+
+DIRECTIONS = ("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc")
+_NEGATIVE = re.compile(r"^negative_(\d+)$")
+
+
+def role_code(direction: str, role: str) -> int:
+    """0 for the direction's default role, k for ``negative_k``."""
+    if role == default_role(direction):
+        return 0
+    match = _NEGATIVE.match(role)
+    if match and direction in ("query_to_doc", "doc_to_doc") and int(match.group(1)) >= 1:
+        return int(match.group(1))
+    raise ValueError(f"role {role!r} is not valid for direction {direction!r}")
+
+
+@dataclass(frozen=True)
+class Relations:
+    """Sorted int64 keys ``(anchor * n_rows + candidate) * n_roles + role`` per direction."""
+
+    n_rows: int
+    n_roles: int
+    masked: dict[str, np.ndarray]
+    positives: dict[str, np.ndarray]
+
+    def key(self, anchor: np.ndarray, candidate: np.ndarray, role: np.ndarray) -> np.ndarray:
+        return (anchor.astype(np.int64) * self.n_rows + candidate.astype(np.int64)) * self.n_roles + role.astype(
+            np.int64
+        )
+
+    def lookup(self, kind: str, direction: str, keys: np.ndarray) -> np.ndarray:
+        """Boolean array: which ``keys`` are in the ``kind`` ("masked"/"positives") relation."""
+        table = getattr(self, kind).get(direction)
+        if table is None or table.size == 0:
+            return np.zeros(keys.shape, dtype=bool)
+        at = np.searchsorted(table, keys.ravel()).clip(max=table.size - 1)
+        return (table[at] == keys.ravel()).reshape(keys.shape)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {
+            "masked": int(sum(v.size for v in self.masked.values())),
+            "positives": int(sum(v.size for v in self.positives.values())),
+        }
+
+
+def build_relations(manifest: Manifest, row_ids: Sequence[str], n_negatives: int) -> Relations:
+    """Collect every batch's entries as relations between dataset rows (``row_ids[i]`` is row i)."""
+    index = {rid: i for i, rid in enumerate(row_ids)}
+    if len(index) != len(row_ids):
+        raise InputError("data", "row ids are not unique", fix="give every row a unique id")
+    n_rows, n_roles = len(row_ids), n_negatives + 1
+    collected: dict[str, dict[str, list[np.ndarray]]] = {"masked": {}, "positives": {}}
+    for batch in manifest.batches:
+        try:
+            rows = np.fromiter((index[r] for r in batch.rows), dtype=np.int64, count=len(batch.rows))
+        except KeyError as exc:
+            raise InputError(
+                "manifest", f"batch {batch.batch} names row id {exc.args[0]!r}, which the data does not have"
+            ) from exc
+        for kind, entries_by_direction in (("masked", batch.mask), ("positives", batch.positives)):
+            for direction, entries in entries_by_direction.items():
+                if not entries:
+                    continue
+                arr = np.asarray([(a, c, role_code(direction, r)) for a, c, r in entries], dtype=np.int64)
+                if arr[:, 2].max() > n_negatives:
+                    raise InputError(
+                        "manifest",
+                        f"batch {batch.batch} addresses negative_{int(arr[:, 2].max())} but rows have {n_negatives}",
+                    )
+                a, c, role = rows[arr[:, 0]], rows[arr[:, 1]], arr[:, 2]
+                keys = (a * n_rows + c) * n_roles + role
+                collected[kind].setdefault(direction, []).append(keys)
+    tables = {
+        kind: {d: np.unique(np.concatenate(parts)) for d, parts in by_direction.items()}
+        for kind, by_direction in collected.items()
+    }
+    return Relations(n_rows=n_rows, n_roles=n_roles, masked=tables["masked"], positives=tables["positives"])

@@ -1,0 +1,146 @@
+"""The train and eval commands: refusals exit 2 before any model work; one affordable end-to-end run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from contrast_audit.cli import app
+
+RUNNER = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+
+
+def write_rows(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def topic_rows() -> list[dict]:
+    """Eight rows; rows of one topic share their anchor, so their positives are each other's false negatives."""
+    topics = ["bird migration routes", "library catalog indexing", "protein folding energy", "tax law reform"]
+    rows = []
+    for i in range(8):
+        t = topics[i % 4]
+        rows.append(
+            {
+                "id": f"r{i}",
+                "anchor": f"what is known about {t}",
+                "positive": f"study {i} of {t} in detail",
+                "negative": f"unrelated note {i} on cooking",
+            }
+        )
+    return rows
+
+
+def beir(tmp_path: Path) -> tuple[str, str, str]:
+    corpus = [{"_id": f"d{i}", "title": "", "text": r["positive"]} for i, r in enumerate(topic_rows())]
+    queries = [{"_id": "q0", "text": "bird migration"}, {"_id": "q1", "text": "tax law"}]
+    write_rows(tmp_path / "corpus.jsonl", corpus)
+    write_rows(tmp_path / "queries.jsonl", queries)
+    (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td0\t1\nq0\td4\t1\nq1\td3\t1\nq1\td7\t1\n")
+    return "queries.jsonl", "corpus.jsonl", "qrels.tsv"
+
+
+def lexical_manifest(strategy: str = "mask") -> list[str]:
+    return [
+        "manifest",
+        "pairs.jsonl",
+        "--out",
+        f"{strategy}.jsonl",
+        "--strategy",
+        strategy,
+        "--batch-size",
+        "4",
+        "--no-embeddings",
+        "--no-minhash",
+        "--quiet",
+    ]
+
+
+def test_train_refuses_a_manifest_for_other_data(tmp_path):
+    write_rows(tmp_path / "pairs.jsonl", topic_rows())
+    result = RUNNER.invoke(app, lexical_manifest())
+    assert result.exit_code == 0, result.output
+    changed = topic_rows()
+    changed[3]["positive"] = "an edited document"
+    write_rows(tmp_path / "pairs.jsonl", changed)
+    result = RUNNER.invoke(app, ["train", "pairs.jsonl", "--manifest", "mask.jsonl", "--out", "model", "-q"])
+    assert result.exit_code == 2
+    assert result.output.count("sha256:") == 2
+    assert not (tmp_path / "model").exists()
+
+
+def test_train_refuses_bad_settings_and_a_non_manifest(tmp_path):
+    write_rows(tmp_path / "pairs.jsonl", topic_rows())
+    assert RUNNER.invoke(app, lexical_manifest()).exit_code == 0
+    for extra in (["--scale", "0"], ["--max-steps", "0"], ["--epochs", "3"]):
+        result = RUNNER.invoke(app, ["train", "pairs.jsonl", "--manifest", "mask.jsonl", "--out", "m", "-q", *extra])
+        assert result.exit_code == 2, (extra, result.output)
+    result = RUNNER.invoke(app, ["train", "pairs.jsonl", "--manifest", "pairs.jsonl", "--out", "m", "-q"])
+    assert result.exit_code == 2 and "manifest header" in result.output
+
+
+def test_eval_refuses_qrels_without_matches(tmp_path):
+    q, c, _ = beir(tmp_path)
+    (tmp_path / "bad.tsv").write_text("q9\td9\t1\n")
+    result = RUNNER.invoke(app, ["eval", "default", "--queries", q, "--corpus", c, "--qrels", "bad.tsv"])
+    assert result.exit_code == 2 and "bad.tsv" in result.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["mask", "multi-positive"])
+def test_manifest_train_eval_end_to_end(tmp_path, strategy):
+    write_rows(tmp_path / "pairs.jsonl", topic_rows())
+    result = RUNNER.invoke(app, lexical_manifest(strategy))
+    assert result.exit_code == 0, result.output
+    result = RUNNER.invoke(
+        app, ["train", "pairs.jsonl", "--manifest", f"{strategy}.jsonl", "--out", "model", "--max-steps", "2", "-q"]
+    )
+    assert result.exit_code == 0, result.output
+    log = [json.loads(line) for line in (tmp_path / "model" / "training-log.jsonl").read_text().splitlines()]
+    assert "not comparable" in log[0]["note"] and log[0]["temperature"] == pytest.approx(0.05)
+    assert [r["step"] for r in log[1:]] == [1, 2]
+    assert all(r["scale"] == 20.0 and r["directions"] == ["query_to_doc"] for r in log[1:])
+    # the mask manifest of same-anchor rows masks pairs in the first batch; multi-positive marks positives
+    key = "masked_pairs" if strategy == "mask" else "extra_positives"
+    assert sum(r[key] for r in log[1:]) > 0
+    q, c, r = beir(tmp_path)
+    result = RUNNER.invoke(app, ["eval", "model", "--queries", q, "--corpus", c, "--qrels", r, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["queries"] == 2 and report["corpus"] == 8
+    assert set(report["metrics"]) == {"recall@1", "recall@5", "recall@10", "mrr@10", "ndcg@10"}
+    assert report["metrics"]["recall@10"] == pytest.approx(1.0)  # 8 documents: everything is in the top 10
+    # the model directory loads with sentence-transformers
+    from sentence_transformers import SentenceTransformer
+
+    assert SentenceTransformer(str(tmp_path / "model")).encode(["x"]).shape == (1, 384)
+
+
+@pytest.mark.slow
+def test_a_non_finite_loss_stops_training_with_exit_2_naming_the_step(tmp_path, monkeypatch):
+    from contrast_audit.train.loss import MaskedMultipleNegativesRankingLoss
+
+    write_rows(tmp_path / "pairs.jsonl", topic_rows())
+    assert RUNNER.invoke(app, lexical_manifest()).exit_code == 0
+    original = MaskedMultipleNegativesRankingLoss.compute_loss_from_embeddings
+    calls = {"n": 0}
+
+    def second_step_nan(self, embeddings, labels):
+        calls["n"] += 1
+        value = original(self, embeddings, labels)
+        return value * float("nan") if calls["n"] == 2 else value
+
+    monkeypatch.setattr(MaskedMultipleNegativesRankingLoss, "compute_loss_from_embeddings", second_step_nan)
+    result = RUNNER.invoke(app, ["train", "pairs.jsonl", "--manifest", "mask.jsonl", "--out", "model", "-q"])
+    assert result.exit_code == 2, result.output
+    assert "step 2" in result.output and "nan" in result.output
+    assert not (tmp_path / "model").exists()

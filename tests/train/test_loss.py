@@ -1,0 +1,210 @@
+"""MaskedMultipleNegativesRankingLoss against hand-computed values on tiny batches."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+import contrast_audit.train.loss as loss_module
+from contrast_audit.train._manifest import Manifest, ManifestBatch
+from contrast_audit.train.loss import MaskedMultipleNegativesRankingLoss
+from contrast_audit.train.relations import build_relations, role_code
+
+IDS = ["r0", "r1", "r2", "r3"]
+
+
+def unit(angles_deg) -> torch.Tensor:
+    a = torch.tensor(angles_deg, dtype=torch.float64) * math.pi / 180
+    return torch.stack([torch.cos(a), torch.sin(a)], dim=1)
+
+
+# Queries, positives and hard negatives of three rows as 2-D unit vectors: cosines are cos(angle differences).
+Q, P, N = [0.0, 50.0, 100.0], [10.0, 55.0, 120.0], [30.0, 70.0, 90.0]
+
+
+def embeddings() -> list[torch.Tensor]:
+    return [unit(Q).requires_grad_(), unit(P).requires_grad_(), unit(N).requires_grad_()]
+
+
+def manifest(mask=None, positives=None, rows=("r0", "r1", "r2"), ranks=None) -> Manifest:
+    batch = ManifestBatch(0, 0, tuple(rows), tuple(ranks or (len(rows),)), mask or {}, positives or {})
+    return Manifest(header={"kind": "contrast-audit-manifest", "plan": {"epochs": 1}}, batches=[batch])
+
+
+def hand_loss(scale: float, excluded: dict[int, set[int]], extra: dict[int, set[int]] | None = None, mode="sum"):
+    """Mean over anchors of -log p(positive set); candidate column j: positives 0..2, negatives 3..5."""
+    cands = P + N
+    extra = extra or {}
+    total = 0.0
+    for a in range(3):
+        logits = {
+            j: scale * math.cos(math.radians(Q[a] - cands[j])) for j in range(6) if j not in excluded.get(a, set())
+        }
+        z = sum(math.exp(v) for v in logits.values())
+        pos = {a} | extra.get(a, set())
+        if mode == "sum":
+            total += -math.log(sum(math.exp(logits[j]) for j in pos) / z)
+        else:
+            total += -sum(math.log(math.exp(logits[j]) / z) for j in pos) / len(pos)
+    return total / 3
+
+
+def run_loss(m: Manifest, **kwargs) -> tuple[MaskedMultipleNegativesRankingLoss, torch.Tensor, list[torch.Tensor]]:
+    loss = MaskedMultipleNegativesRankingLoss(None, m, IDS, n_negatives=1, **kwargs)
+    emb = embeddings()
+    return loss, loss.compute_loss_from_embeddings(emb, torch.tensor([0, 1, 2])), emb
+
+
+def test_no_mask_equals_sentence_transformers_mnrl():
+    _, value, _ = run_loss(manifest())
+    reference = MultipleNegativesRankingLoss(None, scale=20.0).compute_loss_from_embeddings(embeddings(), None)
+    assert value.item() == pytest.approx(reference.item(), rel=1e-9)
+    assert value.item() == pytest.approx(hand_loss(20.0, {}), rel=1e-9)
+
+
+def test_masked_in_batch_and_hard_negative_match_hand_value():
+    # anchor 0: row 1's positive and row 2's hard negative masked; anchor 1: its own hard negative masked.
+    m = manifest({"query_to_doc": [(0, 1, "positive"), (0, 2, "negative_1"), (1, 1, "negative_1")]})
+    loss, value, _ = run_loss(m)
+    assert value.item() == pytest.approx(hand_loss(20.0, {0: {1, 5}, 1: {4}}), rel=1e-9)
+    assert loss.last_batch == {"masked_pairs": 3, "extra_positives": 0}
+
+
+def test_anchor_with_every_negative_masked_has_zero_finite_loss_and_finite_gradients():
+    everything = [(0, c, "positive") for c in (1, 2)] + [(0, c, "negative_1") for c in (0, 1, 2)]
+    m = manifest({"query_to_doc": everything})
+    # at scale 1000, exp() of a logit overflows: only log-space masking stays finite
+    _, value, emb = run_loss(m, scale=1000.0)
+    assert torch.isfinite(value)
+    value.backward()
+    assert all(torch.isfinite(e.grad).all() for e in emb)
+    # anchor 0 adds exactly 0 (its positive is the only candidate left); the others are unchanged
+    _, value20, _ = run_loss(m)
+    assert value20.item() == pytest.approx(hand_loss(20.0, {0: {1, 2, 3, 4, 5}}), rel=1e-9)
+
+
+def test_the_labelled_positive_is_never_masked():
+    m = manifest({"query_to_doc": [(0, 0, "positive")]})
+    loss, value, _ = run_loss(m)
+    assert value.item() == pytest.approx(hand_loss(20.0, {}), rel=1e-9)
+    assert loss.last_batch["masked_pairs"] == 0
+
+
+def test_masks_follow_row_ids_not_positions():
+    # The same relation found from row ids when the batch arrives in another order (a user's sampler).
+    m = manifest({"query_to_doc": [(0, 1, "positive")]})
+    loss = MaskedMultipleNegativesRankingLoss(None, m, IDS, n_negatives=1)
+    emb = embeddings()
+    order = [2, 0, 1]  # rows r2, r0, r1
+    shuffled = [e[order] for e in emb]
+    value = loss.compute_loss_from_embeddings(shuffled, torch.tensor(order))
+    assert value.item() == pytest.approx(hand_loss(20.0, {0: {1}}), rel=1e-9)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_multi_positive_normalisation(mode):
+    m = manifest(positives={"query_to_doc": [(0, 1, "positive"), (0, 1, "negative_1")]})
+    loss, value, _ = run_loss(m, multi_positive=mode)
+    assert value.item() == pytest.approx(hand_loss(20.0, {}, {0: {1, 4}}, mode=mode), rel=1e-9)
+    assert loss.last_batch == {"masked_pairs": 0, "extra_positives": 2}
+
+
+def test_multi_positive_sum_and_mean_differ_and_off_masks_instead():
+    m = manifest(positives={"query_to_doc": [(0, 1, "positive")]})
+    values = {mode: run_loss(m, multi_positive=mode)[1].item() for mode in ("sum", "mean", "off")}
+    assert values["sum"] < values["mean"]
+    assert values["off"] == pytest.approx(hand_loss(20.0, {0: {1}}), rel=1e-9)
+
+
+def test_joint_directions_and_per_direction_equal_mnrl_without_masks():
+    for directions, mode in (
+        (("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc"), "joint"),
+        (("query_to_doc", "doc_to_query"), "per_direction"),
+    ):
+        ours = MaskedMultipleNegativesRankingLoss(None, manifest(), IDS, directions=directions, partition_mode=mode)
+        ref = MultipleNegativesRankingLoss(None, directions=directions, partition_mode=mode)
+        a = ours.compute_loss_from_embeddings(embeddings(), torch.tensor([0, 1, 2]))
+        b = ref.compute_loss_from_embeddings(embeddings(), None)
+        assert a.item() == pytest.approx(b.item(), rel=1e-9)
+
+
+def test_query_to_query_mask_removes_that_anchor():
+    directions = ("query_to_doc", "query_to_query")
+    m = manifest({"query_to_query": [(0, 1, "anchor")]})
+    loss = MaskedMultipleNegativesRankingLoss(None, m, IDS, directions=directions)
+    value = loss.compute_loss_from_embeddings(embeddings(), torch.tensor([0, 1, 2]))
+    # by hand: anchor 0's denominator loses q1; q_i -> q_i is never a candidate
+    total = 0.0
+    for a in range(3):
+        cands = [20 * math.cos(math.radians(Q[a] - x)) for x in P + N]
+        cands += [20 * math.cos(math.radians(Q[a] - Q[b])) for b in range(3) if b != a and not (a == 0 and b == 1)]
+        total += -(20 * math.cos(math.radians(Q[a] - P[a])) - math.log(sum(math.exp(v) for v in cands)))
+    assert value.item() == pytest.approx(total / 3, rel=1e-9)
+
+
+def test_world_size_two_mask_positions_follow_the_gather_order(monkeypatch):
+    """Rank 1 holds global positions 2-3; a mask [2, 0] (its first anchor vs rank 0's first positive) applies."""
+    ids = ["a", "b", "c", "d"]
+    m = manifest({"query_to_doc": [(2, 0, "positive"), (3, 1, "negative_1")]}, rows=ids, ranks=(2, 2))
+    q, p, n = unit([0, 40, 80, 120]), unit([10, 50, 85, 130]), unit([20, 60, 100, 140])
+    world = {"q": q, "p": p, "n": n}
+    labels_world = torch.tensor([0, 1, 2, 3])
+    gathered = iter([world["q"], world["p"], world["n"]])
+    monkeypatch.setattr(loss_module, "all_gather_with_grad", lambda t: next(gathered))
+    monkeypatch.setattr(loss_module, "all_gather", lambda t: labels_world)
+    monkeypatch.setattr(loss_module, "get_rank", lambda: 1)
+    loss = MaskedMultipleNegativesRankingLoss(None, m, ids, n_negatives=1, gather_across_devices=True)
+    value = loss.compute_loss_from_embeddings([q[2:], p[2:], n[2:]], labels_world[2:])
+    angles_p, angles_n, angles_q = [10, 50, 85, 130], [20, 60, 100, 140], [0, 40, 80, 120]
+    excluded = {2: {0}, 3: {4 + 1}}  # column 0: positive of position 0; column 4+1: negative_1 of position 1
+    total = 0.0
+    for a in (2, 3):
+        cols = angles_p + angles_n
+        logits = [20 * math.cos(math.radians(angles_q[a] - x)) for j, x in enumerate(cols) if j not in excluded[a]]
+        total += -(20 * math.cos(math.radians(angles_q[a] - angles_p[a])) - math.log(sum(math.exp(v) for v in logits)))
+    assert value.item() == pytest.approx(total / 2, rel=1e-9)
+    assert loss.last_batch["masked_pairs"] == 2
+
+
+def test_labels_are_required():
+    loss = MaskedMultipleNegativesRankingLoss(None, manifest(), IDS, n_negatives=1)
+    with pytest.raises(ValueError, match="row index"):
+        loss.compute_loss_from_embeddings(embeddings(), None)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"scale": 0.0}, "scale"),
+        ({"directions": ("doc_to_query",)}, "query_to_doc"),
+        ({"directions": ("query_to_doc", "doc_to_doc"), "partition_mode": "per_direction"}, "per_direction"),
+        ({"multi_positive": "max"}, "multi_positive"),
+    ],
+)
+def test_arguments_are_checked(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        MaskedMultipleNegativesRankingLoss(None, manifest(), IDS, **kwargs)
+
+
+def test_config_and_citation():
+    loss = MaskedMultipleNegativesRankingLoss(None, manifest({"query_to_doc": [(0, 1, "positive")]}), IDS)
+    config = loss.get_config_dict()
+    assert config["scale"] == 20.0 and config["multi_positive"] == "sum"
+    assert config["manifest_relations"] == {"masked": 1, "positives": 0}
+    assert loss.temperature == pytest.approx(0.05)
+    assert "1807.03748" in loss.citation
+
+
+def test_relations_roles_and_lookup():
+    assert role_code("query_to_doc", "positive") == 0
+    assert role_code("doc_to_doc", "negative_3") == 3
+    assert role_code("doc_to_query", "anchor") == 0
+    with pytest.raises(ValueError):
+        role_code("query_to_query", "negative_1")
+    rel = build_relations(manifest({"query_to_doc": [(0, 2, "negative_1")]}), IDS, 1)
+    keys = rel.key(np.array([0, 0, 2]), np.array([2, 2, 0]), np.array([1, 0, 1]))
+    assert rel.lookup("masked", "query_to_doc", keys).tolist() == [True, False, False]
