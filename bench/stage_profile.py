@@ -1,9 +1,9 @@
 """Stage-by-stage profile of a scan: seconds and peak RSS of each stage, medians of several runs.
 
-    .venv/bin/python bench/profile.py pairs.jsonl --no-embeddings --repeat 3
-    .venv/bin/python bench/profile.py pairs.jsonl --repeat 3 --batch-size 64 --compare /tmp/previous-checkout
+    .venv/bin/python bench/stage_profile.py pairs.jsonl --no-embeddings --repeat 3
+    .venv/bin/python bench/stage_profile.py pairs.jsonl --repeat 3 --batch-size 64 --compare /tmp/previous-checkout
 
-Each run is a fresh process (``python bench/profile.py --child``) that imports the package, then
+Each run is a fresh process (``python bench/stage_profile.py --child``) that imports the package, then
 runs the stages of ``contrast_audit.audit`` one after the other with the default settings (or the
 flags given): load (read and map the rows), normalise (the corpus of distinct texts), minhash,
 embed (sentence vectors, token store), other evidence (exact, same-anchor, linked, declared), plan,
