@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/scan_scale.py --rows 100000 1000000 --batch-size 64 --scan-args=--no-embeddings
     .venv/bin/python bench/scan_scale.py --rows 20000 --batch-size 64 --scan-args=--no-cache
+    .venv/bin/python bench/scan_scale.py --rows 1000000 --write-only /tmp/pairs   # the data alone
 
 Writes a JSONL file per size into a temporary directory (rows with 1 hard negative; 2% of rows
 share an anchor with another row, 1% repeat another row's positive) and times the whole CLI scan
@@ -24,7 +25,9 @@ from pathlib import Path
 import numpy as np
 
 
-def write_pairs(path: Path, n: int, seed: int = 0) -> None:
+def write_pairs(path: Path, n: int, seed: int = 0, distinct_positives: int = 0) -> None:
+    """``n`` rows; with ``distinct_positives`` every positive is one of that many texts (a file whose
+    batches hold many findings)."""
     rng = np.random.default_rng(seed)
     anchors = np.arange(n)
     shared = rng.random(n) < 0.02
@@ -32,6 +35,8 @@ def write_pairs(path: Path, n: int, seed: int = 0) -> None:
     positives = np.arange(n)
     repeated = rng.random(n) < 0.01
     positives[repeated] = rng.integers(0, n, repeated.sum())
+    if distinct_positives:
+        positives = rng.integers(0, distinct_positives, n)
     with path.open("w", encoding="utf-8") as out:
         for i in range(n):
             out.write(
@@ -52,7 +57,14 @@ def main() -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[100_000])
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--scan-args", default="", help="extra scan flags, e.g. '--no-embeddings'")
+    parser.add_argument("--distinct-positives", type=int, default=0, help="draw every positive from this many texts")
+    parser.add_argument("--write-only", type=Path, help="write the pair files into this directory and stop")
     args = parser.parse_args()
+    if args.write_only:
+        args.write_only.mkdir(parents=True, exist_ok=True)
+        for n in args.rows:
+            write_pairs(args.write_only / f"pairs_{n}.jsonl", n, distinct_positives=args.distinct_positives)
+        return
     exe = Path(sys.executable).with_name("contrast-audit")
     print(f"scan flags: {args.scan_args or '(defaults)'}")
     print("| rows | distinct texts | batch size | candidates | findings | wall time (s) | peak RSS (MiB) |")
@@ -60,7 +72,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.rows:
             data = Path(tmp) / f"pairs_{n}.jsonl"
-            write_pairs(data, n)
+            write_pairs(data, n, distinct_positives=args.distinct_positives)
             out = Path(tmp) / "report.json"
             cmd = [
                 str(exe),

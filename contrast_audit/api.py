@@ -257,8 +257,8 @@ class AuditResult:
             ),
         )
 
-    def report(self) -> dict[str, Any]:
-        """The JSON report (``schema_version`` 1)."""
+    def report_rows(self) -> dict[str, pl.DataFrame]:
+        """The report's three row lists as frames: ``findings``, ``mislabelled_negatives``, ``overlaps``."""
         findings = self.hashed_findings().select(
             "batch",
             "epoch",
@@ -299,6 +299,13 @@ class AuditResult:
             "text_hash",
             "target_text_hash",
         )
+        return {"findings": findings, "mislabelled_negatives": mislabelled, "overlaps": overlaps}
+
+    def report(self, rows: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The JSON report (``schema_version`` 1). ``rows`` stands in for the three row lists (a
+        streaming writer passes placeholders and writes ``report_rows()`` slice by slice)."""
+        if rows is None:
+            rows = {name: frame.to_dicts() for name, frame in self.report_rows().items()}
         c = self.counts()
         return {
             "schema_version": SCHEMA_VERSION,
@@ -322,10 +329,10 @@ class AuditResult:
             "counts": c,
             "by_source": self.breakdown("source"),
             "by_cohort": self.breakdown("cohort"),
-            "findings": findings.to_dicts(),
-            "mislabelled_negatives": mislabelled.to_dicts(),
+            "findings": rows["findings"],
+            "mislabelled_negatives": rows["mislabelled_negatives"],
             "reference": self.overlap_info or None,
-            "overlaps": overlaps.to_dicts(),
+            "overlaps": rows["overlaps"],
             "baseline": None
             if self.baseline_file is None
             else {"file": self.baseline_file, "matched": c["in_baseline"], "new": c["new"]},

@@ -18,6 +18,9 @@ the scanned corpus: every distinct text, or an evenly spaced sample of ``IDF_SAM
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +104,72 @@ class TokenCache:
             pass  # a read-only cache directory only costs a re-encode next time
 
 
+@dataclass(frozen=True)
+class ModelTokenizer:
+    """What the alignment needs of a model's tokenizer: token ids with the model's special tokens,
+    truncated at ``max_length`` (``tokenizer(texts, truncation=True, max_length=...)``), the
+    vocabulary size and the special token ids (weighted 0)."""
+
+    encode: Callable[[list[str]], list[list[int]]]
+    vocab_size: int
+    special_ids: frozenset[int]
+    max_length: int
+    source: str  # "tokenizer.json" or "model"
+
+
+def file_tokenizer(directory: Path) -> ModelTokenizer | None:
+    """The tokenizer of a sentence-transformers model directory read from its ``tokenizer.json`` with
+    the ``tokenizers`` library, as the loaded model would tokenise: its ``max_seq_length``
+    (``sentence_bert_config.json``), no padding, special tokens added. None when the directory lacks
+    those files or declares what the file alone cannot reproduce (text lowercased by the model
+    module, a ``do_lower_case`` that the tokenizer's normaliser does not carry); the caller then
+    uses the loaded model's tokenizer."""
+    path = directory / "tokenizer.json"
+    config_path = directory / "sentence_bert_config.json"
+    if not path.is_file() or not config_path.is_file():
+        return None
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        spec = json.loads(path.read_text(encoding="utf-8"))
+        tok_config_path = directory / "tokenizer_config.json"
+        tok_config = json.loads(tok_config_path.read_text(encoding="utf-8")) if tok_config_path.is_file() else {}
+    except (OSError, ValueError):
+        return None
+    max_length = config.get("max_seq_length")
+    if not isinstance(max_length, int) or max_length <= 0 or config.get("do_lower_case"):
+        return None
+    normalizer = spec.get("normalizer") or {}
+    lower = tok_config.get("do_lower_case")
+    if lower is not None and normalizer.get("type") == "BertNormalizer" and normalizer.get("lowercase") != lower:
+        return None
+    from tokenizers import Tokenizer
+
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception:  # the library raises its own exception types for files it cannot read
+        return None
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_length)
+    special = frozenset(int(i) for i, token in tokenizer.get_added_tokens_decoder().items() if token.special)
+
+    def encode(texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in tokenizer.encode_batch(texts, add_special_tokens=True)]
+
+    return ModelTokenizer(
+        encode, tokenizer.get_vocab_size(with_added_tokens=True), special, max_length, "tokenizer.json"
+    )
+
+
+def model_tokenizer(st: Any) -> ModelTokenizer:
+    """The tokenizer of a loaded sentence-transformers model."""
+    tokenizer, max_length = st.tokenizer, st.max_seq_length
+
+    def encode(texts: list[str]) -> list[list[int]]:
+        return tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
+
+    return ModelTokenizer(encode, len(tokenizer), frozenset(tokenizer.all_special_ids), max_length, "model")
+
+
 class TokenStore:
     """Unit token vectors and idf weights per text id, computed on demand; alignments of text pairs
     with token match threshold ``match`` (0: soft matching)."""
@@ -117,6 +186,7 @@ class TokenStore:
         self.idf_texts = 0
         self.stats = {"token_texts_encoded": 0, "token_texts_cached": 0, "token_fallbacks": 0}
         self.cache: TokenCache | None = None
+        self.tokenizer: ModelTokenizer | None = None
 
     def prepare(self, corpus: Corpus) -> None:
         if getattr(self, "corpus", None) is corpus:
@@ -126,24 +196,27 @@ class TokenStore:
         self.texts = corpus.texts.get_column("text").to_list()
         self.vectors, self.weights, self.memo, self.idf, self.idf_texts = {}, {}, {}, None, 0
 
-    def _tokenizer(self):
-        st = self.store.model()
-        return st.tokenizer, st.max_seq_length, set(st.tokenizer.all_special_ids)
+    def _tokenizer(self) -> ModelTokenizer:
+        """The model's tokenizer, from its ``tokenizer.json`` where it can be (no model load, no
+        torch), else from the loaded model."""
+        if self.tokenizer is None:
+            self.tokenizer = file_tokenizer(Path(self.store.source.path)) or model_tokenizer(self.store.model())
+        return self.tokenizer
 
     def _token_ids(self, texts: list[str]) -> list[list[int]]:
-        tokenizer, max_len, _ = self._tokenizer()
-        return tokenizer(texts, truncation=True, max_length=max_len)["input_ids"]
+        return self._tokenizer().encode(texts)
 
     def _ensure_idf(self) -> None:
         if self.idf is not None:
             return
-        tokenizer, _, special = self._tokenizer()
+        tokenizer = self._tokenizer()
+        special = tokenizer.special_ids
         n = len(self.texts)
         sample = np.unique(np.linspace(0, n - 1, min(n, IDF_SAMPLE)).astype(np.int64)) if n else np.zeros(0, int)
         ids = self._token_ids([self.texts[i] for i in sample])
         per_text = [np.unique(np.asarray(x, dtype=np.int64)) for x in ids]
         flat = np.concatenate(per_text) if per_text else np.zeros(0, dtype=np.int64)
-        vocab = max(len(tokenizer), int(flat.max()) + 1 if flat.size else 0)
+        vocab = max(tokenizer.vocab_size, int(flat.max()) + 1 if flat.size else 0)
         df = np.bincount(flat, minlength=vocab)
         idf = np.log((sample.shape[0] + 1.0) / (df + 1.0))
         idf[list(special)] = 0.0

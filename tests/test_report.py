@@ -277,3 +277,24 @@ def test_every_scan_option_can_come_from_the_settings_file():
     not_settings = {"data", "top", "quiet", "config", "output", "report", "annotations", "max_annotations"}
     options = [renamed.get(n, n) for n in inspect.signature(cli.scan).parameters if n not in not_settings]
     assert options and not [name for name in options if name not in _FILE_KEYS]
+
+
+def test_json_report_streams_its_rows_byte_for_byte(pairs_file, tmp_path, monkeypatch):
+    from contrast_audit.api import audit
+    from contrast_audit.report import json_format
+
+    rows = ROWS + [
+        {"id": f"x{i}", "anchor": f"café № {i % 3}", "positive": "How to reset your password"} for i in range(9)
+    ]
+    path = pairs_file(rows)
+    existing = pairs_file(ROWS[:2], name="existing.jsonl")
+    cfg = build_config({"embeddings": False, "batch_size": 4, "against": [str(existing)], "index": str(tmp_path / "i")})
+    result = audit([str(path)], cfg)
+    assert result.findings.height > 3 and result.mislabelled.height and result.overlaps.height
+    expected = json.dumps(result.report(), indent=2, ensure_ascii=False) + "\n"
+    assert json_format.render(result) == expected
+    monkeypatch.setattr(json_format, "ROWS_PER_SLICE", 2)  # rows written two at a time
+    assert json_format.render(result) == expected
+    lexical = audit([str(pairs_file(ROWS[2:3], name="one.jsonl"))], build_config({"embeddings": False}))
+    assert lexical.findings.height == 0  # empty lists are written as []
+    assert json_format.render(lexical) == json.dumps(lexical.report(), indent=2, ensure_ascii=False) + "\n"

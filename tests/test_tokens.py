@@ -121,3 +121,88 @@ def test_guarded_detectors_drop_vetoed_matches_and_report_the_guard(tmp_path):
     assert guarded.detect(pairs).mask.tolist() == [False]
     info = guarded.info()
     assert info["alignment_threshold"] == 0.84 and info["alignment_words"] == 50
+
+
+LONG = " ".join(["The committee reviewed the annual budget, line by line, twice."] * 40)  # > 256 tokens
+TOKENIZER_TEXTS = [BASE, NEAR, EXTRA, "", "  padded  ", "Café Straße naïve — 日本語のテキスト ½ ①", "[CLS] [SEP]", LONG]
+
+
+def test_the_tokenizer_file_gives_the_model_tokenizers_ids():
+    from transformers import AutoTokenizer
+
+    from contrast_audit.model import default_model_dir
+    from contrast_audit.tokens import file_tokenizer
+
+    directory = default_model_dir()
+    ours = file_tokenizer(directory)
+    assert ours is not None and ours.source == "tokenizer.json" and ours.max_length == 256
+    reference = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    expected = reference(TOKENIZER_TEXTS, truncation=True, max_length=256)["input_ids"]
+    assert ours.encode(TOKENIZER_TEXTS) == expected
+    assert len(expected[-1]) == 256  # the long text is truncated, its [SEP] kept
+    assert ours.vocab_size == len(reference)
+    assert ours.special_ids == frozenset(reference.all_special_ids)
+
+
+def test_a_directory_the_file_cannot_describe_falls_back_to_the_model(tmp_path):
+    from contrast_audit.model import default_model_dir
+    from contrast_audit.tokens import file_tokenizer
+
+    assert file_tokenizer(tmp_path) is None  # no tokenizer.json
+    source = default_model_dir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / name).write_bytes((source / name).read_bytes())
+    assert file_tokenizer(tmp_path) is None  # no sentence_bert_config.json: max length unknown
+    (tmp_path / "sentence_bert_config.json").write_text('{"max_seq_length": 128, "do_lower_case": true}')
+    assert file_tokenizer(tmp_path) is None  # the model module lowercases text itself
+    (tmp_path / "sentence_bert_config.json").write_text('{"max_seq_length": 128, "do_lower_case": false}')
+    assert file_tokenizer(tmp_path).max_length == 128
+    (tmp_path / "tokenizer_config.json").write_text('{"do_lower_case": false}')  # the normaliser lowercases
+    assert file_tokenizer(tmp_path) is None
+    (tmp_path / "tokenizer_config.json").write_text("{}")
+    (tmp_path / "tokenizer.json").write_text("not json")
+    assert file_tokenizer(tmp_path) is None
+
+
+WARM_RESCAN = """
+import sys
+import numpy as np
+from support import corpus_of
+from contrast_audit import embed
+from contrast_audit.config import EmbeddingConfig
+from contrast_audit.embed import EmbeddingStore
+from contrast_audit.tokens import TokenStore
+
+def no_model(*args, **kwargs):
+    raise AssertionError("the model was loaded")
+
+embed._load_model = no_model
+rows = {rows!r}
+corpus = corpus_of(rows)
+tokens = TokenStore(EmbeddingStore(EmbeddingConfig(cache_dir={cache!r})), 0.7)
+tokens.prepare(corpus)
+tid = {{t: i for i, t in enumerate(corpus.texts.get_column("text").to_list())}}
+scores = tokens.alignment(np.array([tid[rows[0][0]]]), np.array([tid[rows[0][1]]]))
+assert tokens.stats["token_texts_encoded"] == 0 and tokens.stats["token_texts_cached"] == 2, tokens.stats
+assert tokens.tokenizer.source == "tokenizer.json"
+heavy = sorted(m for m in ("torch", "sentence_transformers", "transformers") if m in sys.modules)
+print(float(scores[0]), heavy)
+"""
+
+
+def test_a_warm_alignment_loads_neither_the_model_nor_torch(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    _, tokens, tid = tokens_for(ROWS, tmp_path)
+    expected = tokens.alignment(np.array([tid[BASE]]), np.array([tid[NEAR]]))[0]
+    tokens.finish()
+    script = WARM_RESCAN.format(rows=ROWS, cache=str(tmp_path))
+    tests = Path(__file__).parent
+    env = {**__import__("os").environ, "PYTHONPATH": f"{tests}{__import__('os').pathsep}{tests.parent}"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    score, heavy = proc.stdout.strip().split(" ", 1)
+    assert float(score) == pytest.approx(expected, abs=1e-6)
+    assert heavy == "[]"

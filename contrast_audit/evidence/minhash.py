@@ -8,11 +8,19 @@ applied in numpy. A signature row is identical to the ``hashvalues`` of a ``data
 with the same ``num_perm`` and ``seed`` and :func:`shingle_hash` as its ``hashfunc``, updated with
 the same shingles.
 
-Signatures are cut into ``bands`` × ``rows`` with datasketch's own LSH optimiser (equal weights on
-false positives and false negatives at ``threshold``). Two texts are near-duplicates when they
-share a band (an LSH candidate) and their estimated Jaccard similarity, the fraction of equal
-signature values, is at least ``threshold``. A text with no shingles matches nothing, and identical
-texts are left to the ``exact`` detector.
+Signatures are cut into ``bands`` × ``rows`` chosen for recall (:func:`lsh_params`): a pair whose
+Jaccard similarity is exactly ``threshold`` becomes an LSH candidate with probability at least
+``CANDIDATE_RECALL``, and among the band settings that reach it, the one with the fewest false
+positives (datasketch's own measure) is used. Candidates are verified anyway, so a missed pair is
+the costlier error; datasketch's optimiser, which weighs both errors equally, makes a pair at the
+threshold a candidate less than half the time. Two texts are near-duplicates when they share a band
+and their estimated Jaccard similarity, the fraction of equal signature values, is at least
+``threshold``. A text with no shingles matches nothing, and identical texts are left to the
+``exact`` detector.
+
+The detector signs and bands texts ``TEXTS_PER_CHUNK`` at a time and keeps only 32-bit band keys per
+text; the signatures needed to verify candidates (texts that share a bucket with another) are
+computed again for those texts alone, so the full signature matrix is never held.
 """
 
 from __future__ import annotations
@@ -23,19 +31,10 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-from datasketch import MinHash
-from datasketch.lsh import _optimal_param
 
 from contrast_audit.corpus import Corpus
 from contrast_audit.errors import ConfigError
 from contrast_audit.evidence.base import LIKELY, Hits, Pairs
-
-try:  # datasketch >= 2.0: the affine32 scheme and its input mix
-    from datasketch.minhash import _fmix
-
-    _DATASKETCH_OK = True
-except ImportError:  # pragma: no cover - depends on the installed datasketch
-    _DATASKETCH_OK = False
 
 SCHEME = "affine32"
 SHINGLES = ("word", "char")
@@ -48,6 +47,44 @@ _SHINGLES_PER_CHUNK = 2_000_000  # texts are shingled in chunks of about this ma
 _CELLS_PER_BLOCK = 1 << 22  # shingles × num_perm permuted at once (16 MiB of uint32)
 _PAIRS_PER_BLOCK = 1 << 16  # pairs whose signatures are compared at once
 _CANDIDATES_PER_CHUNK = 4_000_000  # LSH candidate pairs expanded and verified at once
+TEXTS_PER_CHUNK = 131_072  # texts signed and banded at once by the detector
+CANDIDATE_RECALL = 0.98  # least probability that a pair at exactly the threshold is an LSH candidate
+# MurmurHash3's finalizer (shifts and multipliers), datasketch's input mix for affine32 and 64-bit keys.
+_FMIX = {
+    32: (np.uint32(16), np.uint32(0x85EBCA6B), np.uint32(13), np.uint32(0xC2B2AE35), np.uint32(16)),
+    64: (np.uint64(33), np.uint64(0xFF51AFD7ED558CCD), np.uint64(33), np.uint64(0xC4CEB9FE1A85EC53), np.uint64(33)),
+}
+
+
+def _fmix(hv: np.ndarray, width: int) -> np.ndarray:
+    """MurmurHash3's finalizer on uint32 or uint64 arrays (``datasketch.minhash._fmix``)."""
+    s1, m1, s2, m2, s3 = _FMIX[width]
+    hv = hv ^ (hv >> s1)
+    hv = hv * m1
+    hv = hv ^ (hv >> s2)
+    hv = hv * m2
+    return hv ^ (hv >> s3)
+
+
+def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(a, b) uint32 of ``datasketch.MinHash(num_perm, seed, scheme="affine32").permutations``: odd
+    ``a`` and any ``b`` drawn from ``numpy.random.RandomState(seed)``. Reproduced here so a scan does
+    not import datasketch (which imports scipy for its LSH optimiser); tested equal."""
+    gen = np.random.RandomState(seed)
+    a = gen.randint(0, 1 << 31, num_perm, dtype=np.uint32) * np.uint32(2) + np.uint32(1)
+    b = gen.randint(0, 1 << 32, num_perm, dtype=np.uint32)
+    return a, b
+
+
+def false_positive_mass(threshold: float, bands: int, rows: int) -> float:
+    """The integral of the candidate probability below ``threshold`` (datasketch's
+    ``_false_positive_probability``), by Simpson's rule on 2,001 points."""
+    s = np.linspace(0.0, threshold, 2001)
+    f = 1.0 - (1.0 - s**rows) ** bands
+    h = threshold / 2000
+    return float(h / 3 * (f[0] + f[-1] + 4 * f[1:-1:2].sum() + 2 * f[2:-1:2].sum()))
+
+
 _TOKEN = {"word": r"\S+", "char": r"(?s)."}
 _JOIN = {"word": " ", "char": ""}
 
@@ -129,8 +166,8 @@ class Signatures:
 
 def signatures(texts: pl.Series, *, num_perm: int, seed: int, shingle: str, ngram: int) -> Signatures:
     """One MinHash signature per text, in bulk, chunked so memory stays bounded."""
-    a, b = MinHash(num_perm=num_perm, seed=seed, scheme=SCHEME).permutations
-    a, b = a.astype(np.uint32)[:, None], b.astype(np.uint32)[:, None]
+    a, b = permutations(num_perm, seed)
+    a, b = a[:, None], b[:, None]
     n = texts.len()
     values = np.full((n, num_perm), MAX_HASH, dtype=np.uint32)
     empty = np.ones(n, dtype=bool)
@@ -187,19 +224,37 @@ def band_keys(sig: Signatures, bands: int, rows: int) -> np.ndarray:
     return keys
 
 
+def candidate_probability(similarity: float | np.ndarray, bands: int, rows: int) -> float | np.ndarray:
+    """Probability that two texts of Jaccard ``similarity`` share at least one of ``bands`` bands of
+    ``rows`` values: ``1 - (1 - s**rows)**bands``."""
+    return 1.0 - (1.0 - np.asarray(similarity, dtype=np.float64) ** rows) ** bands
+
+
 @lru_cache(maxsize=32)
 def lsh_params(threshold: float, num_perm: int) -> tuple[int, int]:
-    """(bands, rows) from datasketch's optimiser, false positives and negatives weighted equally."""
-    bands, rows = _optimal_param(threshold, num_perm, 0.5, 0.5)
-    return int(bands), int(rows)
+    """(bands, rows) for recall at ``threshold``: of the settings with ``bands * rows <= num_perm``
+    that make a pair at the threshold a candidate with probability ``CANDIDATE_RECALL`` or more, the
+    one with the least false-positive probability mass below the threshold (datasketch's integral);
+    when none reaches it, the most probable one."""
+    options = []
+    for rows in range(1, num_perm + 1):
+        bands = num_perm // rows
+        recall = float(candidate_probability(threshold, bands, rows))
+        false_pos = false_positive_mass(threshold, bands, rows) if threshold < 1 else 0.0
+        options.append((recall >= CANDIDATE_RECALL, -false_pos, recall, -bands, rows))
+    reaches = [o for o in options if o[0]]
+    best = max(reaches, key=lambda o: o[1:]) if reaches else max(options, key=lambda o: (o[2], o[1], *o[3:]))
+    return -int(best[3]), int(best[4])
 
 
 class MinHashDetector:
     """Near-duplicates by MinHash: ``threshold`` on the estimated Jaccard similarity of the texts'
     ``shingle`` n-grams (``ngram`` words or characters), ``num_perm`` permutations from ``seed``.
 
-    After :meth:`prepare`, ``signatures`` holds one signature per text id, ``keys`` its band keys
-    and ``pairs`` every near-duplicate pair of the corpus (``tid_a < tid_b``, ``jaccard``).
+    After :meth:`prepare`, ``keys`` holds the band keys of every text id (32 bits per band),
+    ``empty`` marks texts without shingles, ``signatures`` the signatures of the texts that share a
+    bucket with another (row ``_position[tid]``), and ``pairs`` every near-duplicate pair of the
+    corpus (``tid_a < tid_b``, ``jaccard``).
     """
 
     name = "minhash"
@@ -208,8 +263,6 @@ class MinHashDetector:
     def __init__(
         self, threshold: float = 0.5, num_perm: int = 128, shingle: str = "word", ngram: int = 3, seed: int = 1
     ) -> None:
-        if not _DATASKETCH_OK:
-            raise ConfigError("the minhash detector needs datasketch >= 2.0", fix="pip install -U 'datasketch>=2.0'")
         if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0 < threshold <= 1:
             raise ConfigError(f"minhash threshold must be in (0, 1], got {threshold!r}")
         if isinstance(num_perm, bool) or not isinstance(num_perm, int) or num_perm < 16:
@@ -233,28 +286,35 @@ class MinHashDetector:
 
     def prepare(self, corpus: Corpus) -> None:
         self.corpus = corpus
-        self.signatures = signatures(
-            corpus.texts.get_column("norm"),
-            num_perm=self.num_perm,
-            seed=self.seed,
-            shingle=self.shingle,
-            ngram=self.ngram,
-        )
-        self.keys = band_keys(self.signatures, self.bands, self.rows)
-        self._near_duplicates()
+        norm = corpus.texts.get_column("norm")
+        n = norm.len()
+        self.n_texts = n
+        self.keys = np.empty((n, self.bands), dtype=np.uint32)
+        self.empty = np.ones(n, dtype=bool)
+        for lo in range(0, n, TEXTS_PER_CHUNK):
+            sig = signatures(norm.slice(lo, TEXTS_PER_CHUNK), **self._settings())
+            hi = lo + len(sig)
+            self.keys[lo:hi] = band_keys(sig, self.bands, self.rows) & np.uint64(0xFFFFFFFF)
+            self.empty[lo:hi] = sig.empty
+        self._near_duplicates(norm)
 
-    def _near_duplicates(self) -> None:
+    def _settings(self) -> dict[str, Any]:
+        return {"num_perm": self.num_perm, "seed": self.seed, "shingle": self.shingle, "ngram": self.ngram}
+
+    def _near_duplicates(self, norm: pl.Series) -> None:
         """Every pair of texts sharing a band bucket of at most ``max_bucket`` texts, verified.
 
-        Each band's buckets are expanded into pairs a few million at a time and verified at once,
-        so only near-duplicates are kept. Texts in a larger bucket are marked ``crowded``; pairs
-        of them are compared band by band in :meth:`similar` instead.
+        Texts in a bucket of two or more are signed again (``signatures`` holds only them, at
+        ``_position``); each band's buckets are then expanded into pairs a few million at a time and
+        verified at once, so only near-duplicates are kept. Texts in a larger bucket are marked
+        ``crowded``; pairs of them are compared band by band in :meth:`similar` instead.
         """
-        n = len(self.signatures)
-        tids = np.flatnonzero(~self.signatures.empty)
+        n = self.n_texts
+        tids = np.flatnonzero(~self.empty)
         crowded = np.zeros(n, dtype=bool)
-        found: list[pl.DataFrame] = []
-        checks = skipped = 0
+        bucketed = np.zeros(n, dtype=bool)  # in a bucket of two or more texts in some band
+        members_by_band: list[pl.DataFrame] = []
+        skipped = 0
         for j in range(self.bands):
             band = pl.DataFrame({"key": self.keys[tids, j], "tid": tids})
             sizes = band.group_by("key").len()
@@ -273,15 +333,22 @@ class MinHashDetector:
                 )
             )
             members = band.join(buckets.select("key", "run"), on="key", how="inner")
+            bucketed[members.get_column("tid").to_numpy()] = True
+            members_by_band.append(members)
+        signed = np.flatnonzero(bucketed | crowded)
+        self._position = np.full(n, -1, dtype=np.int64)
+        self._position[signed] = np.arange(signed.shape[0])
+        self.signatures = signatures(norm.gather(signed), **self._settings())
+        found: list[pl.DataFrame] = []
+        checks = 0
+        for members in members_by_band:
             for run in members.partition_by("run", include_key=False):
                 pairs = (
                     run.join(run, on="key", suffix="_b")
                     .filter(pl.col("tid") < pl.col("tid_b"))
                     .select(pl.col("tid").alias("tid_a"), "tid_b")
                 )
-                a = pairs.get_column("tid_a").to_numpy()
-                b = pairs.get_column("tid_b").to_numpy()
-                jac = self.signatures.jaccard(a, self.signatures, b)
+                jac = self._jaccard(pairs.get_column("tid_a").to_numpy(), pairs.get_column("tid_b").to_numpy())
                 checks += pairs.height
                 found.append(pairs.with_columns(pl.Series("jaccard", jac)).filter(pl.Series(jac >= self.threshold)))
         schema = {"tid_a": pl.Int64, "tid_b": pl.Int64, "jaccard": pl.Float64}
@@ -291,11 +358,16 @@ class MinHashDetector:
         a = self.pairs.get_column("tid_a").to_numpy()
         b = self.pairs.get_column("tid_b").to_numpy()
         self._codes = a * n + b  # sorted, since (a, b) is sorted and b < n
-        self._jaccard = self.pairs.get_column("jaccard").to_numpy()
+        self._jaccard_of_pairs = self.pairs.get_column("jaccard").to_numpy()
         self._crowded = crowded
         self._paired = np.zeros(n, dtype=bool)  # texts in at least one near-duplicate pair
         self._paired[a] = True
         self._paired[b] = True
+
+    def _jaccard(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """Estimated Jaccard of texts ``x[i]`` and ``y[i]``, both signed (in a shared bucket)."""
+        pos = self._position
+        return self.signatures.jaccard(pos[x], self.signatures, pos[y])
 
     def similar(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Verified Jaccard of texts ``x[i]`` and ``y[i]`` where they are LSH candidates (share a
@@ -309,25 +381,26 @@ class MinHashDetector:
         out = np.zeros(x.shape[0], dtype=np.float64)
         both = np.flatnonzero(self._paired[x] & self._paired[y])
         if both.shape[0]:
-            code = np.minimum(x[both], y[both]) * len(self.signatures) + np.maximum(x[both], y[both])
+            code = np.minimum(x[both], y[both]) * self.n_texts + np.maximum(x[both], y[both])
             pos = np.minimum(np.searchsorted(self._codes, code), self._codes.shape[0] - 1)
             hit = self._codes[pos] == code
-            out[both[hit]] = self._jaccard[pos[hit]]
+            out[both[hit]] = self._jaccard_of_pairs[pos[hit]]
         crowded = np.flatnonzero(self._crowded[x] & self._crowded[y])
         if crowded.shape[0]:
             out[crowded] = np.maximum(out[crowded], self.compare(x[crowded], y[crowded]))
         return out
 
     def compare(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """:meth:`similar` straight from the signatures: band keys compared pair by pair, then
-        verified. The reference for the lookup, and its fallback for crowded texts."""
-        sig = self.signatures
+        """:meth:`similar` straight from the band keys and signatures: band keys compared pair by pair,
+        then verified. The reference for the lookup, and its fallback for crowded texts."""
+        x = np.asarray(x, dtype=np.int64)
+        y = np.asarray(y, dtype=np.int64)
         out = np.zeros(x.shape[0], dtype=np.float64)
-        todo = np.flatnonzero((x != y) & ~sig.empty[x] & ~sig.empty[y])
+        todo = np.flatnonzero((x != y) & ~self.empty[x] & ~self.empty[y])
         for lo in range(0, todo.shape[0], _PAIRS_PER_BLOCK):
             part = todo[lo : lo + _PAIRS_PER_BLOCK]
             part = part[(self.keys[x[part]] == self.keys[y[part]]).any(axis=1)]
-            jac = sig.jaccard(x[part], sig, y[part])
+            jac = self._jaccard(x[part], y[part])  # sharing a key, both are in a bucket: signed
             ok = jac >= self.threshold
             out[part[ok]] = jac[ok]
         return out
@@ -352,6 +425,9 @@ class MinHashDetector:
             "bands": self.bands,
             "rows": self.rows,
             "hash": SHINGLE_HASH,
+            "candidate_recall_at_threshold": round(
+                float(candidate_probability(self.threshold, self.bands, self.rows)), 4
+            ),
             "max_bucket": self.max_bucket,
             "candidate_checks": self.candidate_checks,
             "near_duplicate_pairs": None if self.pairs is None else self.pairs.height,

@@ -6,7 +6,7 @@ import datasketch
 import numpy as np
 import polars as pl
 import pytest
-from datasketch.lsh import _optimal_param
+from datasketch.lsh import _false_positive_probability, _optimal_param
 from support import corpus_of, pairs, run
 
 from contrast_audit.config import NormaliseConfig
@@ -123,13 +123,65 @@ def test_threshold_and_shingle_change_the_outcome():
     assert char.score[0] >= 0.8
 
 
-@pytest.mark.parametrize(("threshold", "num_perm"), [(0.5, 128), (0.8, 128), (0.3, 64), (0.9, 256), (1.0, 16)])
-def test_bands_and_rows_come_from_datasketch(threshold, num_perm):
+@pytest.mark.parametrize(("threshold", "num_perm"), [(0.5, 128), (0.7, 128), (0.8, 128), (0.3, 64), (0.9, 256)])
+def test_bands_and_rows_are_chosen_for_recall_at_the_threshold(threshold, num_perm):
     det = MinHashDetector(threshold=threshold, num_perm=num_perm)
-    expected = _optimal_param(threshold, num_perm, 0.5, 0.5)
-    assert (det.bands, det.rows) == expected
-    assert (det.info()["bands"], det.info()["rows"]) == expected
-    assert det.bands * det.rows <= num_perm
+    b, r = det.bands, det.rows
+    assert (det.info()["bands"], det.info()["rows"]) == (b, r)
+    assert b * r <= num_perm
+    # A pair exactly at the threshold is a candidate at least CANDIDATE_RECALL of the time ...
+    assert mh.candidate_probability(threshold, b, r) >= mh.CANDIDATE_RECALL
+    assert det.info()["candidate_recall_at_threshold"] >= mh.CANDIDATE_RECALL
+    # ... which datasketch's equal weighting does not give ...
+    ds_b, ds_r = _optimal_param(threshold, num_perm, 0.5, 0.5)
+    assert mh.candidate_probability(threshold, ds_b, ds_r) < mh.CANDIDATE_RECALL
+    # ... and no other setting that reaches it has fewer false positives below the threshold.
+    mine = _false_positive_probability(threshold, b, r)
+    for rows in range(1, num_perm + 1):
+        bands = num_perm // rows
+        if mh.candidate_probability(threshold, bands, rows) >= mh.CANDIDATE_RECALL:
+            assert _false_positive_probability(threshold, bands, rows) >= mine - 1e-12
+
+
+def test_threshold_one_uses_one_band_of_every_permutation():
+    assert mh.lsh_params(1.0, 16) == (1, 16)
+    assert mh.lsh_params(1.0, 128) == (1, 128)
+
+
+@pytest.mark.parametrize("threshold", [0.5, 0.7, 0.8])
+def test_candidate_recall_on_synthetic_pairs_at_the_threshold(threshold):
+    """Pairs of word sets built to have Jaccard similarity at the threshold or just above are LSH
+    candidates (share a band key) at least 95% of the time; pairs far below about as often as the
+    banding predicts, and far less often."""
+    rng = np.random.default_rng(int(threshold * 100))
+    rows, truth = [], []
+    for i in range(400):
+        # |A ∩ B| = k, |A ∪ B| = k + 2d: Jaccard k / (k + 2d), with 1-word shingles.
+        k = 60
+        d = int(rng.integers(0, int(k * (1 - threshold) / (2 * threshold)) + 1))
+        common = [f"c{i}_{j}" for j in range(k)]
+        a = common + [f"a{i}_{j}" for j in range(d)]
+        b = common + [f"b{i}_{j}" for j in range(d)]
+        rows.append((" ".join(a), " ".join(b)))
+        truth.append(k / (k + 2 * d))
+    far = []
+    for i in range(400):  # Jaccard 0.2
+        common = [f"f{i}_{j}" for j in range(20)]
+        far.append(
+            (" ".join(common + [f"x{i}_{j}" for j in range(40)]), " ".join(common + [f"y{i}_{j}" for j in range(40)]))
+        )
+    c = corpus_of(rows + far)
+    det = MinHashDetector(threshold=threshold, ngram=1)
+    det.prepare(c)
+    keys_a, keys_b = det.keys[c.anchor], det.keys[c.positive]
+    candidate = (keys_a == keys_b).any(axis=1)
+    assert min(truth) >= threshold
+    assert candidate[:400].mean() >= 0.95
+    expected_far = mh.candidate_probability(0.2, det.bands, det.rows)
+    assert candidate[400:].mean() <= min(expected_far + 0.08, 0.4)
+    # Verified pairs are exactly the candidates whose estimate reaches the threshold.
+    verified = det.similar(c.anchor, c.positive) > 0
+    assert not (verified & ~candidate).any()
 
 
 def test_empty_and_one_word_texts():
@@ -140,8 +192,11 @@ def test_empty_and_one_word_texts():
     det.prepare(c)
     empty = c.anchor[[0, 1]].tolist() + [c.positive[0]]
     assert len(set(empty)) == 3
-    assert det.signatures.empty[empty].all()
-    assert (det.signatures.values[empty] == mh.MAX_HASH).all()
+    assert det.empty[empty].all()
+    assert (
+        signatures(c.texts.get_column("norm").gather(empty), num_perm=128, seed=1, shingle="word", ngram=3).values
+        == mh.MAX_HASH
+    ).all()
     # Empty signatures share every band key, yet never match.
     assert (det.keys[empty[0]] == det.keys[empty[1]]).all()
     hits = det.detect(pairs(c, [0, 0, 1, 2], [1, 1, 2, 1], roles=[ANCHOR_ROLE, POSITIVE_ROLE, POSITIVE_ROLE, 0]))
@@ -149,7 +204,7 @@ def test_empty_and_one_word_texts():
     assert det.compare(np.array(empty[:2]), np.array(empty[1:])).tolist() == [0.0, 0.0]
     assert det.pairs.height == 0
     # A one-word text is one shingle: matched only by the same text (another id is impossible).
-    assert not det.signatures.empty[c.positive[1]]
+    assert not det.empty[c.positive[1]]
 
 
 def test_same_seed_same_signatures():
@@ -157,25 +212,22 @@ def test_same_seed_same_signatures():
     a, b, other = MinHashDetector(seed=5), MinHashDetector(seed=5), MinHashDetector(seed=6)
     for det in (a, b, other):
         det.prepare(c)
-    assert np.array_equal(a.signatures.values, b.signatures.values)
     assert np.array_equal(a.keys, b.keys)
     assert a.pairs.equals(b.pairs)
-    assert not np.array_equal(a.signatures.values, other.signatures.values)
+    assert not np.array_equal(a.keys, other.keys)
 
 
 def test_signatures_with_other_settings_are_refused():
-    c = corpus_of([(BOTTLE, BOTTLE_LAST)])
-    a, b, other = MinHashDetector(seed=1), MinHashDetector(seed=1), MinHashDetector(seed=2)
-    for det in (a, b, other):
-        det.prepare(c)
+    texts = pl.Series([BOTTLE, BOTTLE_LAST])
+    settings = {"num_perm": 128, "shingle": "word", "ngram": 3}
+    a, b, other = (signatures(texts, seed=seed, **settings) for seed in (1, 1, 2))
     rows = np.array([0, 1])
-    assert a.signatures.jaccard(rows, b.signatures, rows).tolist() == [1.0, 1.0]
+    assert a.jaccard(rows, b, rows).tolist() == [1.0, 1.0]
     with pytest.raises(ConfigError, match=r"different settings \(seed 1 vs 2\)"):
-        a.signatures.jaccard(rows, other.signatures, rows)
-    char = MinHashDetector(shingle="char")
-    char.prepare(c)
+        a.jaccard(rows, other, rows)
+    char = signatures(texts, num_perm=128, seed=1, shingle="char", ngram=3)
     with pytest.raises(ConfigError, match="shingle 'word' vs 'char'"):
-        a.signatures.jaccard(rows, char.signatures, rows)
+        a.jaccard(rows, char, rows)
 
 
 @pytest.mark.parametrize(
@@ -241,7 +293,9 @@ def test_twenty_thousand_texts_prepare_and_detect():
     c = corpus_of([(texts[2 * i], texts[2 * i + 1]) for i in range(n)])
     det = MinHashDetector()
     det.prepare(c)
-    assert det.signatures.values.shape == (c.n_texts, 128)
+    assert det.keys.shape == (c.n_texts, det.bands)
+    # Only texts sharing a bucket with another are signed to verify candidates.
+    assert 0 < len(det.signatures) < c.n_texts
     anchor_rows = np.repeat(np.arange(n), 8)
     cand_rows = (anchor_rows + np.tile(np.arange(1, 9), n)) % n
     first = anchor_rows[::8]
@@ -259,3 +313,52 @@ def test_twenty_thousand_texts_prepare_and_detect():
     planted_rows = {(i, i - 1) for i in range(100, n, 100)} | {(i - 1, i) for i in range(100, n, 100)}
     found = set(zip(p.anchor_row[hits.mask].tolist(), p.cand_row[hits.mask].tolist(), strict=True))
     assert found == planted_rows
+
+
+def test_detector_does_not_depend_on_text_chunks(monkeypatch):
+    variants = [BOTTLE.rsplit(" ", 1)[0] + f" {w}" for w in ("hours", "hrs", "h", "days", "nights")]
+    rows = [(f"q{i}", v) for i, v in enumerate(variants)] + [("q9", ROUTER), ("", BOTTLE_MIDDLE)]
+    c = corpus_of(rows)
+    whole = MinHashDetector()
+    whole.prepare(c)
+    monkeypatch.setattr(mh, "TEXTS_PER_CHUNK", 2)
+    chunked = MinHashDetector()
+    chunked.prepare(c)
+    assert np.array_equal(whole.keys, chunked.keys)
+    assert np.array_equal(whole.empty, chunked.empty)
+    assert whole.pairs.equals(chunked.pairs)
+    assert whole.pairs.height >= 10
+
+
+@pytest.mark.parametrize(("num_perm", "seed"), [(128, 1), (64, 7), (16, 2**32 - 1)])
+def test_permutations_are_datasketchs(num_perm, seed):
+    a, b = mh.permutations(num_perm, seed)
+    ref = datasketch.MinHash(num_perm=num_perm, seed=seed, scheme="affine32").permutations
+    assert a.dtype == b.dtype == np.uint32
+    assert np.array_equal(a, ref[0]) and np.array_equal(b, ref[1])
+
+
+@pytest.mark.parametrize(("threshold", "bands", "rows"), [(0.7, 25, 5), (0.5, 42, 3), (0.9, 11, 11), (0.3, 64, 2)])
+def test_false_positive_mass_is_datasketchs_integral(threshold, bands, rows):
+    expected = _false_positive_probability(threshold, bands, rows)
+    assert mh.false_positive_mass(threshold, bands, rows) == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
+def test_minhash_imports_neither_datasketch_nor_its_optimisers_scipy(tmp_path):
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from support import corpus_of\n"
+        "from contrast_audit.evidence.minhash import MinHashDetector\n"
+        "MinHashDetector().prepare(corpus_of([('a b c d', 'a b c e')]))\n"
+        "print(sorted(m for m in ('datasketch', 'scipy.integrate', 'torch') if m in sys.modules))\n"
+    )
+    from pathlib import Path
+
+    tests = Path(__file__).parent.parent
+    env = {**__import__("os").environ, "PYTHONPATH": f"{tests}{__import__('os').pathsep}{tests.parent}"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

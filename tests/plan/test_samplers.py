@@ -192,3 +192,43 @@ def test_global_batches_of_an_empty_plan() -> None:
     plan = Plan.from_batches([], [], "test")
     assert plan.n_batches == 0
     assert len(plan.global_batches(2)) == 0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 42, 12345, 2**31 - 1, 2**32 - 1, 2**32 + 7, 2**63 - 1])
+def test_randperm_is_torchs_for_the_seed(seed: int) -> None:
+    from contrast_audit.plan.samplers import TorchCPUGenerator
+
+    ours = TorchCPUGenerator(seed)
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    for n in (0, 1, 2, 3, 7, 64, 1000, 65_537):  # one stream: each draw continues the last
+        expected = torch.randperm(n, generator=generator).numpy()
+        assert np.array_equal(ours.randperm(n), expected), n
+
+
+def test_randperm_is_a_permutation_at_scale() -> None:
+    from contrast_audit.plan.samplers import TorchCPUGenerator
+
+    generator = torch.Generator()
+    generator.manual_seed(7)
+    got = TorchCPUGenerator(7).randperm(1_000_003)
+    assert np.array_equal(got, torch.randperm(1_000_003, generator=generator).numpy())
+    assert np.array_equal(np.sort(got), np.arange(1_000_003))
+
+
+def test_planning_does_not_import_torch() -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "import numpy as np\n"
+        "from contrast_audit.config import PlanConfig\n"
+        "from contrast_audit.plan import make_plan\n"
+        "for sampler in ('random', 'no-duplicates'):\n"
+        "    make_plan(PlanConfig(batch_size=4, sampler=sampler, epochs=2), 50, np.arange(100).reshape(50, 2) % 30)\n"
+        "print('torch' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"
