@@ -120,21 +120,21 @@ def build(data: Path, work: Path, seed: int) -> dict:
     existing: list[dict] = []
     new: list[dict] = []
 
-    def new_row(kind: str, text: str, k: int, positive: str | None = None) -> None:
-        if positive is None and k % 3 == 2:  # a third in the positive role
-            new.append({"anchor": title(), "positive": text, "kind": kind})
+    def new_row(kind: str, text: str, k: int, partner: tuple[str, str] | None = None) -> None:
+        if k % 3 == 2:  # a third in the positive role
+            new.append({"anchor": title(), "positive": text, "kind": kind, "partner": partner})
         else:
-            new.append({"anchor": text, "positive": positive or title(), "kind": kind})
+            new.append({"anchor": text, "positive": title(), "kind": kind, "partner": partner})
 
     for k, (s1, _) in enumerate(take(para_iter, SIZES["leak-copy"])):
         eval_texts.append(s1)
         new_row("leak-copy", _variant(s1, k), k)
     for k, (s1, s2) in enumerate(take(para_iter, SIZES["leak-paraphrase"])):
         eval_texts.append(s1)
-        new_row("leak-paraphrase", s2, k)
+        new_row("leak-paraphrase", s2, k, (s1, s2))
     for k, (s1, s2) in enumerate(take(hard_iter, SIZES["hard-eval"])):
         eval_texts.append(s1)
-        new_row("hard-eval", s2, k)
+        new_row("hard-eval", s2, k, (s1, s2))
     for s1, _ in take(iter(pairs), EVAL_FILLER):
         eval_texts.append(s1)
     for k, (s1, _) in enumerate(take(para_iter, SIZES["repeat-copy"])):
@@ -143,10 +143,10 @@ def build(data: Path, work: Path, seed: int) -> dict:
         new.append({"anchor": _variant(row["anchor"], k), "positive": row["positive"], "kind": "repeat-copy"})
     for s1, s2 in take(para_iter, SIZES["repeat-paraphrase"]):
         existing.append({"anchor": s1, "positive": title()})
-        new.append({"anchor": s2, "positive": title(), "kind": "repeat-paraphrase"})
+        new.append({"anchor": s2, "positive": title(), "kind": "repeat-paraphrase", "partner": (s1, s2)})
     for s1, s2 in take(hard_iter, SIZES["hard-existing"]):
         existing.append({"anchor": s1, "positive": title()})
-        new.append({"anchor": s2, "positive": title(), "kind": "hard-existing"})
+        new.append({"anchor": s2, "positive": title(), "kind": "hard-existing", "partner": (s1, s2)})
     for s1, s2 in take(iter(pairs), EXISTING_FILLER):
         existing.append({"anchor": s1, "positive": s2})
     for s1, _ in take(iter(pairs), SIZES["clean"]):
@@ -156,6 +156,8 @@ def build(data: Path, work: Path, seed: int) -> dict:
     rng.shuffle(existing)
     rng.shuffle(eval_texts)
     truth = {f"n{i}": row.pop("kind") for i, row in enumerate(new)}
+    # (reference sentence, new sentence) of each row built from a labelled pair
+    partners = {f"n{i}": p for i, r in enumerate(new) if (p := r.pop("partner", None))}
     write_atomic(work / "new.jsonl", "".join(json.dumps({"id": f"n{i}", **r}) + "\n" for i, r in enumerate(new)))
     write_atomic(
         work / "existing.jsonl", "".join(json.dumps({"id": f"e{i}", **r}) + "\n" for i, r in enumerate(existing))
@@ -165,7 +167,7 @@ def build(data: Path, work: Path, seed: int) -> dict:
         "".join(json.dumps({"_id": f"q{i}", "text": t}) + "\n" for i, t in enumerate(eval_texts)),
     )
     write_atomic(work / "truth.json", json.dumps(truth, indent=0, sort_keys=True))
-    return {"new": new, "existing": existing, "eval": eval_texts, "truth": truth}
+    return {"new": new, "existing": existing, "eval": eval_texts, "truth": truth, "partners": partners}
 
 
 def prf(flagged: np.ndarray, truth: np.ndarray) -> dict[str, float]:
@@ -243,12 +245,68 @@ def score(case: dict, report: dict, work: Path) -> list[dict]:
     return out
 
 
-def render(rows: list[dict], command: str, seconds: float, case: dict, seed: int) -> str:
+def separability(case: dict, work: Path) -> list[str]:
+    """How well cosine and token alignment separate the planned paraphrase pairs from the hard
+    non-paraphrase pairs: for each paraphrase recall level, the smallest share of hard pairs flagged
+    by any rule ``cosine >= t and alignment >= a`` on a grid."""
+    import polars as pl
+
+    from contrast_audit.config import EmbeddingConfig
+    from contrast_audit.embed import EmbeddingCache, EmbeddingStore
+    from contrast_audit.normalise import normalise
+    from contrast_audit.overlap import Encoder, _mini_corpus
+    from contrast_audit.tokens import TokenStore
+
+    ids = sorted(case["partners"])
+    is_para = np.array(["paraphrase" in case["truth"][i] for i in ids])
+    left = [case["partners"][i][0] for i in ids]
+    right = [case["partners"][i][1] for i in ids]
+    store = EmbeddingStore(EmbeddingConfig(cache_dir=str(work / "cache")))
+    encoder = Encoder.of(store)
+    cache = EmbeddingCache(work / "cache", encoder.fingerprint, encoder.prompt)
+    a, _ = encoder.vectors(left, cache)
+    b, _ = encoder.vectors(right, cache)
+    cos = (a * b).sum(axis=1)
+    texts = left + right
+    frame = pl.DataFrame({"text": texts, "norm": normalise(texts)})
+    mini = _mini_corpus(frame, frame.head(0), pl.Series([], dtype=pl.UInt32))
+    store.prepare(mini)
+    tokens = TokenStore(store)
+    tokens.prepare(mini)
+    n = len(ids)
+    align = tokens.alignment(np.arange(n), np.arange(n, 2 * n))
+    tokens.finish()
+    grid = [(t, al) for t in np.arange(0.5, 0.96, 0.01) for al in np.arange(0.0, 1.0, 0.05)]
+    rates = [((cos >= t) & (align >= al)) for t, al in grid]
+    lines = [
+        "## How separable are the planned pairs?",
+        "",
+        f"{int(is_para.sum())} paraphrase pairs, {int((~is_para).sum())} hard non-paraphrase pairs; median cosine "
+        f"{np.median(cos[is_para]):.3f} vs {np.median(cos[~is_para]):.3f}, median alignment "
+        f"{np.median(align[is_para]):.3f} vs {np.median(align[~is_para]):.3f}. Smallest share of hard pairs "
+        "flagged by a rule `cosine >= t and alignment >= a` (t in steps of 0.01, a of 0.05) that keeps a "
+        "given share of the paraphrases:",
+        "",
+        "| paraphrase recall at least | hard pairs flagged | t | a |",
+        "|---:|---:|---:|---:|",
+    ]
+    for level in (0.5, 0.7, 0.8, 0.9, 0.95):
+        best = min(
+            ((m[~is_para].mean(), t, al) for m, (t, al) in zip(rates, grid, strict=True) if m[is_para].mean() >= level),
+            default=None,
+        )
+        if best is not None:
+            lines.append(f"| {level:.2f} | {best[0]:.3f} | {best[1]:.2f} | {best[2]:.2f} |")
+    return [*lines, ""]
+
+
+def render(rows: list[dict], command: str, seconds: float, case: dict, seed: int, info: dict) -> str:
     lines = [
         "# Leakage case: results",
         "",
-        f"Command: `{command}` (seed {seed}); the scan took {seconds:.0f} s, model and index cold, "
-        "on 2 CPU cores, 24 GiB, no GPU.",
+        f"Command: `{command}` (seed {seed}); the scan took {seconds:.0f} s on 2 shared CPU cores, 24 GiB, no GPU "
+        f"(reference embeddings: {info.get('embeddings_computed')} computed, {info.get('embeddings_indexed')} from "
+        "the index).",
         "",
         f"{len(case['new'])} new rows, {len(case['existing'])} existing rows, {len(case['eval'])} eval texts. "
         + ", ".join(f"{k}: {v}" for k, v in SIZES.items())
@@ -283,6 +341,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/ca-leakage"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--scan-args", default="", help="extra scan flags")
+    parser.add_argument("--separability", action="store_true", help="also measure how separable the pairs are")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "leakage-results.md")
     args = parser.parse_args(argv)
     work = args.work
@@ -311,10 +370,14 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"scan failed with exit code {done.returncode}")
     report = json.loads((work / "report.json").read_text(encoding="utf-8"))
     rows = score(case, report, work)
-    command = f".venv/bin/python -m bench.leakage --data {args.data} --work {work}" + (
-        f" --scan-args={shlex.quote(args.scan_args)}" if args.scan_args else ""
+    command = (
+        f".venv/bin/python -m bench.leakage --data {args.data} --work {work}"
+        + (f" --scan-args={shlex.quote(args.scan_args)}" if args.scan_args else "")
+        + (" --separability" if args.separability else "")
     )
-    text = render(rows, command, seconds, case, args.seed)
+    text = render(rows, command, seconds, case, args.seed, report.get("reference") or {})
+    if args.separability:
+        text += "\n" + "\n".join(separability(case, work))
     write_atomic(args.out, text)
     print(text)
 

@@ -3,7 +3,8 @@ returns an ``AuditResult`` that the formatters and the gate read."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -355,16 +356,28 @@ def prepare(
     ``extend_rows`` may add rows before the corpus is built (``--with-existing``); ``before_evidence`` runs on
     the loaded rows, so a bad plan or manifest fails before any embedding."""
     cfg = config or AuditConfig()
-    loaded = load_rows(list(paths), cfg.mapping, cfg.on_bad_row, cfg.normalise)
-    if extend_rows is not None:
-        loaded = extend_rows(loaded)
-    corpus = build_corpus(loaded.rows, cfg.normalise)
+    with _stage(progress, "Loading files"):
+        loaded = load_rows(list(paths), cfg.mapping, cfg.on_bad_row, cfg.normalise)
+        if extend_rows is not None:
+            loaded = extend_rows(loaded)
+    with _stage(progress, "Normalising texts"):
+        corpus = build_corpus(loaded.rows, cfg.normalise)
     if before_evidence is not None:
         before_evidence(loaded)
     active = list(detectors) if detectors is not None else default_detectors(cfg, progress)
     for detector in active:
-        detector.prepare(corpus)
+        with _stage(progress, f"Preparing {detector.name} evidence"):
+            detector.prepare(corpus)
     return Prepared(cfg, loaded, corpus, active)
+
+
+@contextmanager
+def _stage(progress: Progress | None, description: str) -> Iterator[None]:
+    """A live bar (with its elapsed time) for a stage that reports no finer progress."""
+    tick = progress(description, 1) if progress else None
+    yield
+    if tick:
+        tick(1)
 
 
 def judge_plan(prepared: Prepared, plan: Plan, world_size: int, progress: Progress | None = None) -> Judgement:
@@ -420,7 +433,8 @@ def audit(
         else np.ones(loaded.rows.height, bool)
     )
     if plan is None:
-        plan = make_plan(cfg.plan, corpus.n_rows, corpus.raw)
+        with _stage(progress, "Planning batches"):
+            plan = make_plan(cfg.plan, corpus.n_rows, corpus.raw)
     judgement = judge_plan(prepared, plan, cfg.plan.world_size, progress)
     if manifest is not None:
         judgement = mark_masked(judgement, manifest, corpus.rows.get_column("id"), plan, cfg.plan.world_size)
@@ -435,7 +449,10 @@ def audit(
         )
     n_sets = len(plan.global_batches(cfg.plan.world_size))
     result = AuditResult(cfg, loaded, corpus, plan, n_sets, judgement, config_file, active)
-    result.warnings = [*loaded.warnings, *plan_warnings(cfg, corpus.n_rows, plan, n_sets, judgement.candidates)]
+    stores = {id(s): s for d in active if (s := getattr(d, "store", None)) is not None}
+    cache_warnings = [w for s in stores.values() for w in getattr(s, "warnings", [])]
+    plan_notes = plan_warnings(cfg, corpus.n_rows, plan, n_sets, judgement.candidates)
+    result.warnings = [*loaded.warnings, *plan_notes, *cache_warnings]
     if ref.against or ref.eval:
         targets = []
         if existing is not None:

@@ -8,7 +8,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -38,6 +38,13 @@ class Format(str, Enum):
     json = "json"
     markdown = "markdown"
     html = "html"
+    sarif = "sarif"
+
+
+class Annotations(str, Enum):
+    auto = "auto"
+    github = "github"
+    none = "none"
 
 
 class Sampler(str, Enum):
@@ -279,7 +286,7 @@ OutputOpt = Annotated[
     str | None,
     _opt(
         "Write the report here (atomically; checked before the scan) instead of stdout; without --format the "
-        "extension picks the format (.json, .md, .html, .txt).",
+        "extension picks the format (.json, .md, .html, .sarif, .txt).",
         "Output",
     ),
 ]
@@ -439,6 +446,7 @@ EXTENSION_FORMATS = {
     ".html": "html",
     ".htm": "html",
     ".txt": "text",
+    ".sarif": "sarif",
 }
 
 
@@ -476,6 +484,10 @@ def open_output(
         return nullcontext(None)
     inputs = [str(p) for p in expand_paths(data)]
     inputs += [str(v) for v in (settings.get("plan"), origin) if v]
+    for key in ("against", "eval"):  # reference data is input too (a baseline report may be replaced)
+        value = settings.get(key) or []
+        for pattern in [value] if isinstance(value, str) else value:
+            inputs += [str(p) for p in expand_paths([str(pattern)])]
     return OutputTarget(output, inputs=inputs, option=option)
 
 
@@ -511,6 +523,23 @@ def scan(
             "Gate",
         ),
     ] = None,
+    report: Annotated[
+        list[str] | None,
+        _opt(
+            "Also write the report in another format, FORMAT=PATH (e.g. sarif=reports/scan.sarif); repeatable, so one scan feeds every CI output.",
+            "Output",
+        ),
+    ] = None,
+    annotations: Annotated[
+        Annotations,
+        _opt(
+            "GitHub workflow-command annotations on the offending rows, on stderr: auto (when GITHUB_ACTIONS=true), github or none.",
+            "CI",
+        ),
+    ] = Annotations.auto,
+    max_annotations: Annotated[
+        int, _opt("At most N annotations, then a notice of how many more (0: only the notice).", "CI")
+    ] = 50,
     quiet: Quiet = False,
     against: Against = None,
     eval_data: EvalData = None,
@@ -523,6 +552,7 @@ def scan(
     """Simulate the batch plan and report the false negatives each batch will contain."""
     from contrast_audit.api import AuditResult, audit
     from contrast_audit.config import build_config
+    from contrast_audit.errors import ConfigError
     from contrast_audit.gate import evaluate, parse
     from contrast_audit.report import FORMATTERS, summary_line
 
@@ -543,12 +573,22 @@ def scan(
     expressions = [expressions] if isinstance(expressions, str) else list(expressions)
 
     conditions = parse(expressions, sorted(AuditResult.METRICS))  # before the scan: typos cost nothing
-    with open_output(output, data, settings, origin) as target:
+    if max_annotations < 0:
+        raise ConfigError(f"--max-annotations must be >= 0, got {max_annotations}")
+    extra = [_report_target(value, tuple(FORMATTERS)) for value in report or []]
+
+    with ExitStack() as stack:
+        target = stack.enter_context(open_output(output, data, settings, origin))
+        extra_targets = [
+            (name, stack.enter_context(open_output(path, data, settings, origin, "--report"))) for name, path in extra
+        ]
         with progress_bars(not quiet and sys.stderr.isatty()) as progress:
             result = audit(data, cfg, progress=progress, config_file=origin)
         _warn(result.warnings)
         color = fmt == "text" and output is None and sys.stdout.isatty()
         _emit(FORMATTERS[fmt](result, top=top, color=color), target)
+        for name, extra_target in extra_targets:
+            _emit(FORMATTERS[name](result, top=top, color=False), extra_target)
 
     gate = evaluate(conditions, result.metrics())
     if not quiet:
@@ -557,7 +597,35 @@ def scan(
         for cond, value in gate.checked:
             verdict = "FAILED" if (cond, value) in gate.failed else "passed"
             err.print(f"gate {cond}: {verdict} (value {value:g})", markup=False)
+    _github_outputs(result, gate, annotations.value, max_annotations)
     raise typer.Exit(EXIT_GATE_FAILED if not gate.passed else EXIT_OK)
+
+
+def _report_target(value: str, formats: tuple[str, ...]) -> tuple[str, str]:
+    """``FORMAT=PATH`` of ``--report``, checked before the scan (a format contradicting the file's
+    extension is refused, as for ``--output``)."""
+    from contrast_audit.errors import ConfigError
+
+    name, sep, path = value.partition("=")
+    if not sep or not path.strip() or name not in formats:
+        raise ConfigError(
+            f"--report '{value}' is not FORMAT=PATH with FORMAT one of {', '.join(formats)}",
+            fix="write for example --report sarif=reports/scan.sarif",
+        )
+    return output_format_for(path, name, formats), path
+
+
+def _github_outputs(result: Any, gate: Any, mode: str, max_annotations: int) -> None:
+    """Annotations on stderr (stdout may hold the report) and the step summary, under GitHub Actions."""
+    from contrast_audit.report import github
+
+    if github.annotations_enabled(mode):
+        lines = github.annotations(result, max_annotations=max_annotations)
+        sys.stderr.write("".join(line + "\n" for line in lines))
+        sys.stderr.flush()
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        github.append_step_summary(summary, github.step_summary(result, gate))
 
 
 @app.command()
@@ -594,6 +662,7 @@ def negatives(
     from contrast_audit.config import build_config
     from contrast_audit.errors import ConfigError
     from contrast_audit.negatives import alleged_negatives, render_json, render_text
+    from contrast_audit.report.common import plural
 
     settings, origin = options.settings()
     settings["embeddings"] = True
@@ -613,7 +682,8 @@ def negatives(
             _emit(render_text(result, table, per_anchor=per_anchor, color=color), target)
     if not quiet:
         _stderr().print(
-            f"contrast-audit: {table.height} alleged negatives listed from {result.judgement.candidates} candidates",
+            f"contrast-audit: {plural(table.height, 'alleged negative')} listed from "
+            f"{plural(result.judgement.candidates, 'candidate')}",
             markup=False,
         )
     raise typer.Exit(EXIT_OK)
@@ -679,6 +749,21 @@ def manifest(
             markup=False,
         )
     raise typer.Exit(EXIT_OK)
+
+
+@app.command()
+@handle_errors
+def init(
+    output: Annotated[
+        Path, _opt("Where to write the settings file (a directory gets contrast-audit.toml).", "Output")
+    ] = Path("contrast-audit.toml"),
+    force: Annotated[bool, _opt("Overwrite an existing file.", "Output", "--force")] = False,
+) -> None:
+    """Write a commented starter contrast-audit.toml: every setting with its default and meaning."""
+    from contrast_audit.starter import write
+
+    target = write(output, force=force)
+    _stderr().print(f"contrast-audit: wrote {target}; uncomment the settings you want to change", markup=False)
 
 
 class MultiPositive(str, Enum):
@@ -774,3 +859,7 @@ def eval_command(
 def main() -> None:
     """Console-script entry point."""
     app()
+
+
+if __name__ == "__main__":
+    main()

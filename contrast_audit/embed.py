@@ -11,6 +11,7 @@ import functools
 import hashlib
 import os
 import tempfile
+import time
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,8 +23,13 @@ import numpy as np
 from contrast_audit import model as model_io
 from contrast_audit.config import EmbeddingConfig
 from contrast_audit.corpus import Corpus
+from contrast_audit.errors import ConfigError
+from contrast_audit.io.atomic import remove_stale_temporaries
 
-ENCODE_BLOCK = 2048  # texts per encode call, so the progress bar moves
+FLUSH_TEXTS = 4096  # new vectors are written to the cache in shards of this many texts ...
+FLUSH_SECONDS = 30.0  # ... or after this long, so an interrupted run loses at most that much work
+VECTOR_DTYPE = np.dtype(np.float16)  # how vectors are stored, and the precision every score uses
+CACHE_LAYOUT = "embeddings-v2"  # float16 shards with checksums
 PAIR_BLOCK = 65536  # pairs per gather when computing row-wise cosines
 
 
@@ -41,50 +47,155 @@ def _load_model(path: str, device: str | None, model_id: str, revision: str | No
     return model_io.load(source, device=device)
 
 
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
+def check_device(device: str | None) -> None:
+    """``--device``: cpu, cuda, cuda:N or mps, and present on this machine; exit 2 otherwise."""
+    if device is None or device == "auto":
+        return
+    kind, _, number = device.partition(":")
+    if kind not in DEVICE_TYPES or (number and not number.isdigit()) or (number and kind != "cuda"):
+        raise ConfigError(
+            f"--device {device!r} is not a device", fix="pass cpu, cuda, cuda:N (N a GPU index) or mps, or leave it out"
+        )
+    if kind == "cpu":
+        return
+    import torch
+
+    if kind == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"--device {device}: no CUDA GPU is available", fix="pass --device cpu or leave it out")
+        if number and int(number) >= count:
+            raise ConfigError(
+                f"--device {device}: this machine has {count} CUDA GPU{'s' if count != 1 else ''} (cuda:0..cuda:{count - 1})",
+                fix="pass an index that exists",
+            )
+    elif kind == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"--device {device}: Apple MPS is not available", fix="pass --device cpu or leave it out")
+
+
 def text_keys(texts: list[str], prompt: str) -> np.ndarray:
     """16-byte SHA-256 digests of ``prompt + text``: the cache key of each text."""
     return np.array([hashlib.sha256((prompt + t).encode("utf-8")).digest()[:16] for t in texts], dtype="S16")
 
 
 class ShardCache:
-    """Shards of arrays (``keys`` first) in one directory, each written atomically; a damaged shard
-    is ignored, and its texts are computed again."""
+    """Shards of arrays (``keys`` first) in one directory.
 
-    def __init__(self, directory: Path) -> None:
+    Each shard is an uncompressed ``.npz`` read with ``allow_pickle=False`` (no code-executing
+    format is ever read), written to a temporary file and renamed, so two processes sharing the
+    directory never see half a shard. Every array is stored with a SHA-256 of its dtype, shape and
+    bytes (``sum_<name>``); a shard that is truncated, unreadable, of the wrong dtype or shape, or
+    whose bytes changed is reported once (``problems``), deleted, and its texts computed again. A
+    shard without checksums (an older format) is ignored. Temporaries left by a killed process are
+    removed by the next writer.
+    """
+
+    def __init__(self, directory: Path, validate: Callable[[dict[str, np.ndarray]], bool] | None = None) -> None:
         self.dir = directory
+        self.validate = validate
+        self.problems: list[str] = []
 
     def paths(self) -> list[Path]:
-        return sorted(self.dir.glob("shard-*.npz")) if self.dir.is_dir() else []
+        if not self.dir.is_dir():
+            return []
+        remove_stale_temporaries(self.dir / "shard")  # left by killed writers
+        return sorted(self.dir.glob("shard-*.npz"))
 
-    @staticmethod
-    def load(path: Path, fields: tuple[str, ...]) -> dict[str, np.ndarray] | None:
-        """One shard's ``fields``; None when the shard is damaged or lacks one of them."""
+    def load(self, path: Path, fields: tuple[str, ...]) -> dict[str, np.ndarray] | None:
+        """One shard's ``fields``, verified; None when the shard is damaged, legacy or gone."""
         try:
-            with np.load(path) as data:
-                return {f: data[f] for f in fields}
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+            with np.load(path, allow_pickle=False) as data:
+                names = set(data.files)
+                if any(f"sum_{f}" not in names for f in fields):
+                    if all(f in names for f in fields):
+                        return None  # an older format without checksums: ignored, never trusted
+                    raise ValueError(f"lacks {', '.join(f for f in fields if f not in names)}")
+                out: dict[str, np.ndarray] = {}
+                for f in fields:
+                    array = data[f]
+                    if array.dtype.hasobject or _digest(array) != data[f"sum_{f}"].tobytes():
+                        raise ValueError(f"checksum of '{f}' does not match")
+                    out[f] = array
+        except FileNotFoundError:
+            return None  # removed by another process since it was listed
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+            self._damaged(path, str(exc) or type(exc).__name__)
             return None
+        if self.validate is not None and not self.validate(out):
+            self._damaged(path, "arrays of the wrong dtype or shape")
+            return None
+        return out
+
+    def _damaged(self, path: Path, reason: str) -> None:
+        self.problems.append(f"cache shard {path} is damaged ({reason}): removed, its texts are computed again")
+        try:
+            path.unlink()
+        except OSError:
+            pass
 
     def read(self, fields: tuple[str, ...]) -> dict[str, np.ndarray] | None:
         """Every shard's ``fields``, concatenated in shard-name order; None when nothing is stored."""
-        loaded = [part for path in self.paths() if (part := self.load(path, fields)) is not None]
-        if not loaded:
+        parts = [(path, part) for path in self.paths() if (part := self.load(path, fields)) is not None]
+        if not parts:
             return None
+        # Shards of one directory share their arrays' trailing shape; the one most rows have wins.
+        shapes: dict[tuple, int] = {}
+        for _, part in parts:
+            shape = tuple(part[f].shape[1:] for f in fields)
+            shapes[shape] = shapes.get(shape, 0) + len(part[fields[0]])
+        usual = max(shapes, key=lambda k: shapes[k])
+        loaded = []
+        for path, part in parts:
+            if tuple(part[f].shape[1:] for f in fields) == usual:
+                loaded.append(part)
+            else:
+                self._damaged(path, "arrays shaped unlike the other shards'")
         return {f: np.concatenate([part[f] for part in loaded]) for f in fields}
 
     def write(self, keys: np.ndarray, **arrays: np.ndarray) -> None:
         if keys.shape[0] == 0:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(self.dir / "shard")
         name = hashlib.sha256(keys.tobytes()).hexdigest()[:16]
-        fd, tmp = tempfile.mkstemp(prefix=".shard-", suffix=".npz", dir=self.dir)
+        payload = {"keys": keys, **arrays}
+        sums = {f"sum_{k}": np.frombuffer(_digest(v), dtype=np.uint8) for k, v in payload.items()}
+        fd, tmp = tempfile.mkstemp(prefix=f".shard.{os.getpid()}.", suffix=".tmp", dir=self.dir)
         try:
             with os.fdopen(fd, "wb") as handle:
-                np.savez(handle, keys=keys, **arrays)
+                np.savez(handle, **payload, **sums)
+                handle.flush()
+                os.fsync(handle.fileno())
             os.replace(tmp, self.dir / f"shard-{name}.npz")
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+
+def _digest(array: np.ndarray) -> bytes:
+    head = f"{array.dtype.str}{array.shape}".encode()
+    return hashlib.sha256(head + np.ascontiguousarray(array).tobytes()).digest()
+
+
+def _equal_length_batches(st: Any, texts: list[str], prompt: str, batch_size: int) -> list[np.ndarray]:
+    """Positions of ``texts`` in batches of equal token length (prompt included, truncated as the
+    model truncates), each at most ``batch_size`` and, when the batch size allows, at least two."""
+    if not texts:
+        return []
+    ids = st.tokenizer(
+        [prompt + t for t in texts], truncation=True, max_length=st.max_seq_length, add_special_tokens=True
+    )["input_ids"]
+    lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(texts))
+    order = np.argsort(lengths, kind="stable")
+    bounds = np.flatnonzero(np.diff(lengths[order])) + 1
+    batches: list[np.ndarray] = []
+    for group in np.split(order, bounds):
+        parts = -(-group.shape[0] // batch_size)  # ceil: balanced parts, none of one text unless alone
+        batches.extend(np.array_split(group, parts))
+    return batches
 
 
 def find_keys(stored: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -96,15 +207,41 @@ def find_keys(stored: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndar
     return found, order[pos[found]]
 
 
+def _vectors_ok(part: dict[str, np.ndarray]) -> bool:
+    keys, vectors = part.get("keys"), part.get("vectors")
+    if keys is None or vectors is None:
+        return True
+    return (
+        keys.dtype == np.dtype("S16")
+        and keys.ndim == 1
+        and vectors.dtype == VECTOR_DTYPE
+        and vectors.ndim == 2
+        and vectors.shape[0] == keys.shape[0]
+    )
+
+
+def quantise(vectors: np.ndarray) -> np.ndarray:
+    """Vectors as the cache stores them (float16)."""
+    return np.asarray(vectors, dtype=np.float32).astype(VECTOR_DTYPE)
+
+
+def dequantise(stored: np.ndarray) -> np.ndarray:
+    """Unit float32 vectors from stored ones: the only form scores are computed from, whether a
+    vector was just encoded or read from the cache, so cold and warm runs score alike."""
+    vectors = stored.astype(np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.maximum(norms, 1e-12)
+
+
 class EmbeddingCache(ShardCache):
     """Sentence vectors in one directory per model fingerprint and prompt."""
 
     def __init__(self, root: Path, fingerprint: str, prompt: str) -> None:
         prompt_id = hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:12]
-        super().__init__(root / "embeddings" / f"{fingerprint[:16]}-{prompt_id}")
+        super().__init__(root / CACHE_LAYOUT / f"{fingerprint[:16]}-{prompt_id}", validate=_vectors_ok)
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """(found mask, vectors for found keys in order) — vectors is None when nothing is cached."""
+        """(found mask, stored vectors for found keys in order) — vectors is None when nothing is cached."""
         stored = self.read(("keys", "vectors"))
         if stored is None:
             return np.zeros(keys.shape[0], dtype=bool), None
@@ -112,7 +249,7 @@ class EmbeddingCache(ShardCache):
         return found, stored["vectors"][index]
 
     def store(self, keys: np.ndarray, vectors: np.ndarray) -> None:
-        self.write(keys, vectors=vectors.astype(np.float32))
+        self.write(keys, vectors=quantise(vectors))
 
 
 @dataclass
@@ -130,6 +267,9 @@ class EmbeddingStore:
     def prepare(self, corpus: Corpus) -> None:
         if self.query is not None:
             return
+        check_device(self.cfg.device)  # before the cache: a warm cache must not hide a bad --device
+        self.warnings: list[str] = []
+        self.writable = self._check_cache_dir() if self.cfg.use_cache else False
         source = model_io.resolve(self.cfg.model)
         self.source = source
         texts = corpus.texts.get_column("text").to_list()
@@ -147,25 +287,48 @@ class EmbeddingStore:
             self.query = self._embed(texts, is_query, self.cfg.query_prompt, source)
             self.doc = self._embed(texts, is_doc, self.cfg.doc_prompt, source)
 
+    def _check_cache_dir(self) -> bool:
+        """A cache directory that is a file is an error; one that cannot be written is a warning."""
+        root = self.cache_root()
+        if root.exists() and not root.is_dir():
+            raise ConfigError(
+                f"--cache-dir {root} is a file, not a directory",
+                fix="name a directory (it is created if missing), or pass --no-cache",
+            )
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            probe = tempfile.NamedTemporaryFile(dir=root, prefix=".probe.", suffix=".tmp")
+            probe.close()
+        except OSError as exc:
+            self.warnings.append(
+                f"the embedding cache {root} cannot be written ({exc.strerror}): vectors are computed but not kept"
+            )
+            return False
+        return True
+
     def _embed(self, texts: list[str], needed: np.ndarray, prompt: str, source: model_io.ModelSource) -> np.ndarray:
         index = np.flatnonzero(needed)
         subset = [texts[i] for i in index]
         keys = text_keys(subset, prompt)
         cache = EmbeddingCache(self.cache_root(), source.fingerprint(), prompt)
-        found, cached = cache.lookup(keys) if self.cfg.use_cache else (np.zeros(len(subset), dtype=bool), None)
+        if self.cfg.use_cache:
+            found, cached = cache.lookup(keys)
+        else:
+            found, cached = np.zeros(len(subset), dtype=bool), None
         missing = np.flatnonzero(~found)
-        new = self._encode([subset[i] for i in missing], prompt, source) if missing.size else None
+        writer = cache if self.cfg.use_cache and self.writable else None
+        new = (
+            self._encode([subset[i] for i in missing], keys[missing], prompt, source, writer) if missing.size else None
+        )
         dim = (cached if cached is not None else new).shape[1] if (cached is not None or new is not None) else 384
         out = np.zeros((len(texts), dim), dtype=np.float32)
         if cached is not None and cached.shape[0]:
-            out[index[found]] = cached
+            out[index[found]] = dequantise(cached)
         if new is not None:
-            out[index[missing]] = new
-            if self.cfg.use_cache:
-                try:
-                    cache.store(keys[missing], new)
-                except OSError:
-                    pass  # a read-only cache directory only costs a re-embed next time
+            out[index[missing]] = dequantise(new)
+        for problem in dict.fromkeys(cache.problems):
+            if problem not in self.warnings:
+                self.warnings.append(problem)
         self.stats["embedded"] += int(missing.size)
         self.stats["cached"] += int(found.sum())
         return out
@@ -180,24 +343,61 @@ class EmbeddingStore:
     def cache_root(self) -> Path:
         return Path(self.cfg.cache_dir) if self.cfg.cache_dir else default_cache_dir()
 
-    def _encode(self, texts: list[str], prompt: str, source: model_io.ModelSource) -> np.ndarray:
+    def _encode(
+        self,
+        texts: list[str],
+        keys: np.ndarray,
+        prompt: str,
+        source: model_io.ModelSource,
+        cache: EmbeddingCache | None,
+    ) -> np.ndarray:
+        """Stored-form (float16) vectors of ``texts``, written to ``cache`` in shards as they are
+        computed, so an interrupted run resumes where it stopped.
+
+        Texts are encoded in batches of equal token length (no padding) of at least two texts (a
+        lone text is paired with itself): a text's vector then does not depend on which other texts
+        share its batch, so a cache filled piecemeal holds the vectors a single run would compute.
+        """
         st = self.model(source)
         tick = self.progress("Embedding texts", len(texts)) if self.progress else None
-        blocks = []
-        for start in range(0, len(texts), ENCODE_BLOCK):
-            chunk = texts[start : start + ENCODE_BLOCK]
+        out = np.zeros((len(texts), 0), dtype=VECTOR_DTYPE)
+        pending: list[np.ndarray] = []
+        last_flush = time.monotonic()
+        done = 0
+        for part in _equal_length_batches(st, texts, prompt, self.cfg.batch_size):
+            chunk = [texts[i] for i in part]
+            if len(chunk) == 1 and self.cfg.batch_size > 1:
+                chunk = chunk * 2  # a batch of one takes another code path than the others
             vecs = st.encode(
                 chunk,
                 prompt=prompt or None,
-                batch_size=self.cfg.batch_size,
+                batch_size=len(chunk),
                 normalize_embeddings=True,
                 convert_to_numpy=True,
                 show_progress_bar=False,
-            )
-            blocks.append(np.asarray(vecs, dtype=np.float32))
+            )[: len(part)]
+            if out.shape[1] == 0:
+                out = np.zeros((len(texts), vecs.shape[1]), dtype=VECTOR_DTYPE)
+            out[part] = quantise(vecs)
+            pending.append(part)
+            done += len(part)
             if tick:
-                tick(len(chunk))
-        return np.concatenate(blocks)
+                tick(len(part))
+            waiting = sum(len(p) for p in pending)
+            if cache is not None and (
+                waiting >= FLUSH_TEXTS or time.monotonic() - last_flush >= FLUSH_SECONDS or done == len(texts)
+            ):
+                rows = np.sort(np.concatenate(pending))
+                self._flush(cache, keys[rows], out[rows])
+                pending, last_flush = [], time.monotonic()
+        return out
+
+    def _flush(self, cache: EmbeddingCache, keys: np.ndarray, vectors: np.ndarray) -> None:
+        try:
+            cache.write(keys, vectors=vectors)
+        except OSError as exc:
+            self.warnings.append(f"the embedding cache {cache.dir} cannot be written ({exc.strerror})")
+            self.writable = False
 
     def cosine(self, left: np.ndarray, right: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
         """Row-wise cosine between ``left[u]`` and ``right[v]``, in blocks to bound memory."""
@@ -219,5 +419,6 @@ class EmbeddingStore:
             "normalize_embeddings": True,
             "similarity": "cosine",
             "device": self.cfg.device or "auto",
+            "cache_dtype": VECTOR_DTYPE.name,
             **self.stats,
         }

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -302,6 +303,8 @@ class Encoder:
         n = len(texts)
         found, cached = cache.lookup(keys) if cache is not None else (np.zeros(n, dtype=bool), None)
         missing = np.flatnonzero(~found)
+        if missing.size == 0 and cached is not None:
+            return cached, 0  # all indexed: no second copy of a large matrix
         dim = cached.shape[1] if cached is not None and cached.shape[0] else None
         new = None
         if missing.size:
@@ -351,11 +354,17 @@ class Targets:
 
 
 def distinct_targets(kind: str, occurrences: pl.DataFrame, cfg: AuditConfig, files: list[str]) -> Targets:
-    texts = (
+    """Each distinct normalised text with its first occurrence, and its second (``alt_*``) for when the first
+    is the new row itself (a file scanned and also given as reference data)."""
+    normed = (
         occurrences.with_columns(normalise_expr(pl.col("text"), cfg.normalise).alias("norm"))
         .filter(pl.col("norm") != "")
-        .unique("norm", keep="first", maintain_order=True)
+        .with_columns(pl.int_range(pl.len()).over("norm").alias("_occ"))
     )
+    second = normed.filter(pl.col("_occ") == 1).select(
+        "norm", *(pl.col(c).alias(f"alt_{c}") for c in ("id", "file", "line", "role"))
+    )
+    texts = normed.filter(pl.col("_occ") == 0).drop("_occ").join(second, on="norm", how="left", maintain_order="left")
     return Targets(kind, texts, occurrences.height, files)
 
 
@@ -625,16 +634,38 @@ def find_overlaps(
     if not frames:
         return OverlapResult(pl.DataFrame(schema=OVERLAP_SCHEMA), _empty_texts(), info)
     kind_order = {k: i for i, k in enumerate(TARGETS)}
+    rows = corpus.rows
+    joined = occ.join(pl.concat(frames, how="diagonal_relaxed"), on="tid")
+    # A row of a file that is scanned and also given as reference data matches itself: not an overlap.
+    new_file = rows.get_column("file").gather(joined.get_column("row"))
+    new_line = rows.get_column("line").gather(joined.get_column("row")).cast(pl.Int64)
+    real = {
+        f: os.path.realpath(f)
+        for f in {*new_file.unique().to_list(), *joined.get_column("target_file").unique().to_list()}
+        if f
+    }
+    itself = (
+        new_file.replace_strict(real, default=None, return_dtype=pl.String)
+        == joined.get_column("target_file").replace_strict(real, default=None, return_dtype=pl.String)
+    ) & (new_line == joined.get_column("target_line").cast(pl.Int64))
+    itself = itself.fill_null(False)
+    alt = itself & joined.get_column("alt_line").is_not_null()
+    joined = joined.with_columns(
+        *(
+            pl.when(pl.Series(alt)).then(pl.col(f"alt_{c}")).otherwise(pl.col(f"target_{c}")).alias(f"target_{c}")
+            for c in ("id", "file", "line", "role")
+        )
+    ).filter(~itself | alt)
     found = (
-        occ.join(pl.concat(frames, how="diagonal_relaxed"), on="tid")
-        .with_columns(pl.col("target").replace_strict(kind_order, return_dtype=pl.Int64).alias("_k"))
+        joined.with_columns(pl.col("target").replace_strict(kind_order, return_dtype=pl.Int64).alias("_k"))
         .sort(
             ["row", "role", "_k", "severity_rank", "score", "target"],
             descending=[False, False, False, True, True, False],
         )
         .filter(pl.int_range(pl.len()).over("row", "role", "_k") < MAX_MATCHES)
     )
-    rows = corpus.rows
+    if found.height == 0:
+        return OverlapResult(pl.DataFrame(schema=OVERLAP_SCHEMA), _empty_texts(), info)
     row_idx = found.get_column("row")
     roles = {int(c): role_name(int(c)) for c in found.get_column("role").unique().to_list()}
     overlaps = found.select(

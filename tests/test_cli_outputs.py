@@ -155,8 +155,36 @@ def test_warnings_in_text_and_markdown(tmp_path: Path) -> None:
     assert "**warning**: no comparison sets" in (tmp_path / "r.md").read_text()
     assert scan("in.jsonl", "--drop-last", "--batch-size", "64", "--output", "r.txt").exit_code == 0
     assert "warning  no comparison sets" in (tmp_path / "r.txt").read_text()
+    assert scan("in.jsonl", "--drop-last", "--batch-size", "64", "--output", "r.html").exit_code == 0
+    assert "no comparison sets" in (tmp_path / "r.html").read_text()
 
 
 def test_a_clean_scan_has_no_warnings() -> None:
     result = scan("in.jsonl", "--format", "json")
     assert _json(result)["warnings"] == [] and "warning" not in result.stderr
+
+
+def test_every_stage_has_a_progress_bar(tmp_path: Path) -> None:
+    from contrast_audit.config import AuditConfig, EmbeddingConfig
+
+    started: list[tuple[str, int]] = []
+    ticks: dict[str, int] = {}
+
+    def progress(description: str, total: int):
+        started.append((description, total))
+        return lambda n: ticks.__setitem__(description, ticks.get(description, 0) + n)
+
+    api.audit([str(tmp_path / "in.jsonl")], AuditConfig(embedding=EmbeddingConfig(enabled=False)), progress=progress)
+    names = [name for name, _ in started]
+    for stage in ("Loading files", "Normalising texts", "Planning batches", "Preparing minhash evidence"):
+        assert stage in names
+    assert names[-1] == "Comparing batches"
+    assert all(ticks.get(name) == total for name, total in started)  # every bar completes
+
+
+def test_output_naming_reference_data_is_refused(tmp_path: Path, no_scan: None) -> None:
+    (tmp_path / "old.jsonl").write_text((tmp_path / "in.jsonl").read_text())
+    (tmp_path / "eval.jsonl").write_text((tmp_path / "in.jsonl").read_text())
+    for flag, target in (("--against", "old.jsonl"), ("--eval", "eval.jsonl")):
+        result = scan("in.jsonl", flag, target, "--output", target)
+        assert result.exit_code == 2 and "is the input file" in result.stderr, result.output

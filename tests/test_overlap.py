@@ -80,6 +80,18 @@ def test_exact_and_near_duplicates_on_both_roles_name_both_sides(files):
     assert result.metrics()["overlaps"] == 2
 
 
+def test_a_file_scanned_and_given_as_reference_does_not_match_itself(tmp_path, files):
+    merged = write_jsonl(tmp_path / "all.jsonl", [*EXISTING, *NEW])
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(merged)
+    cfg = build_config(lexical(against=[str(link)], index=str(files["index"])))
+    result = audit([str(merged)], cfg)
+    found = by_role(result)
+    # only the genuine repeats between different rows remain, both ways round
+    assert set(found) == {("n0", "anchor"), ("n1", "positive"), ("e1", "anchor"), ("e2", "positive")}
+    assert all(r["target_line"] != r["line"] for r in found.values())
+
+
 def test_number_guard_vetoes_near_duplicates_with_other_numbers(tmp_path):
     old = write_jsonl(tmp_path / "old.jsonl", [{"anchor": "q", "positive": LONG + " in 2019"}])
     new = write_jsonl(tmp_path / "new.jsonl", [{"anchor": "r", "positive": LONG_EDIT + " in 2021"}])
@@ -288,3 +300,23 @@ def test_embedding_overlaps_are_found_guarded_and_indexed(tmp_path):
     assert result.overlap_info["embeddings_computed"] == 4
     again = audit([str(new)], cfg).overlap_info
     assert again["embeddings_computed"] == 0 and again["embeddings_indexed"] == 4
+
+
+def test_reference_tables_in_the_settings_file(tmp_path):
+    from contrast_audit.config import ColumnMapping, load_config_file
+    from contrast_audit.errors import ConfigError
+
+    path = tmp_path / "contrast-audit.toml"
+    path.write_text(
+        '[against]\npaths = "old/*.jsonl"\nanchor = "q"\npositive = "a"\nnegative = "n"\n'
+        '[eval]\npaths = ["eval/"]\ntext = "question"\n',
+        encoding="utf-8",
+    )
+    settings, _ = load_config_file(path)
+    ref = build_config(settings).reference
+    assert ref.against == ("old/*.jsonl",) and ref.eval == ("eval/",) and ref.eval_text == "question"
+    assert ref.against_columns == ColumnMapping(anchor="q", positive="a", negatives=("n",))
+    assert ref.eval_columns is None
+    path.write_text('[against]\ntext = "question"\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match="unknown setting 'against.text'"):
+        load_config_file(path)

@@ -242,9 +242,12 @@ def test_html_report_is_one_escaped_self_contained_page(pairs_file, tmp_path):
     text = out.read_text(encoding="utf-8")
     page = Page()
     page.feed(text)
-    # Nothing executable or fetched: no scripts, no external resources, no inline handlers.
-    assert "script" not in page.tags and "link" not in page.tags and "img" not in page.tags
-    assert not any(name.startswith("on") or name in ("src", "href") for name, _ in page.attrs)
+    # Nothing executable or fetched: no scripts, no external resources, no inline handlers; images
+    # (the plots) only as inline data URIs.
+    assert "script" not in page.tags and "link" not in page.tags and "img" in page.tags
+    assert not any(name.startswith("on") or name == "href" for name, _ in page.attrs)
+    sources = [value for name, value in page.attrs if name == "src"]
+    assert sources and all(value.startswith("data:image/svg+xml;base64,") for value in sources)
     data = "".join(page.data)
     # Shown as text, after escaping; a control character (invalid in HTML) as U+FFFD.
     assert hostile.replace("\u0007", "\ufffd") in data and "e<1>" in data and "a&b" in data
@@ -270,6 +273,7 @@ def test_every_scan_option_can_come_from_the_settings_file():
     from contrast_audit.config import _FILE_KEYS
 
     renamed = {"negative": "negatives", "id_column": "id", "output_format": "format", "eval_data": "eval"}
-    not_settings = {"data", "top", "quiet", "config", "output"}  # inputs and presentation, not settings
+    # inputs and presentation (CI annotations included), not settings
+    not_settings = {"data", "top", "quiet", "config", "output", "report", "annotations", "max_annotations"}
     options = [renamed.get(n, n) for n in inspect.signature(cli.scan).parameters if n not in not_settings]
     assert options and not [name for name in options if name not in _FILE_KEYS]

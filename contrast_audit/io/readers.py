@@ -462,6 +462,10 @@ def _read_delimited(path: Path, text: str, sep: str, kind: str, on_bad_row: str)
             header = next(reader)
     except StopIteration:
         raise InputError(str(path), "file is empty", fix="pass a file with a header and at least one row") from None
+    except csv.Error as exc:
+        raise InputError(
+            str(path), f"is not valid {kind.upper()} ({exc})", line=reader.line_num or 1, fix="check the quoting"
+        ) from exc
     header_line = reader.line_num
     duplicates = sorted({h for h in header if header.count(h) > 1})
     if duplicates:

@@ -121,26 +121,13 @@ def is_manifest_header(record: Any) -> bool:
 
 def read_manifest(path: str | Path) -> Manifest:
     """Read and check a manifest; every problem is an ``InputError`` with its line."""
+    from contrast_audit.plan.planfile import json_records
+
     name = str(path)
-    file = Path(path)
-    if not file.is_file():
-        raise InputError(name, "manifest not found", fix="check the --manifest path")
-    try:
-        text = file.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(name, "is not UTF-8 text", fix="pass a manifest written by contrast-audit manifest") from exc
-    lines = text.split("\n")
     header: dict[str, Any] | None = None
     batches: list[ManifestBatch] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(
-                name, f"is not valid JSON ({exc.msg})", line=number, fix="regenerate the manifest"
-            ) from exc
+    records = json_records(name, what="manifest", fix="pass a manifest written by contrast-audit manifest")
+    for number, record in records:
         if header is None:
             if not is_manifest_header(record):
                 raise InputError(

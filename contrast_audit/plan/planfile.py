@@ -7,7 +7,9 @@ belongs to epoch 0 unless the line carries an ``epoch``.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -16,29 +18,35 @@ from contrast_audit.errors import InputError
 from contrast_audit.plan.batches import Plan
 
 
-def read_plan_file(path: str, ids: pl.Series) -> Plan:
-    """Read a plan; ``ids`` are the rows' ids in row order."""
+def json_records(path: str, *, what: str, fix: str) -> Iterator[tuple[int, Any]]:
+    """Each non-blank line of a UTF-8 JSON Lines file as (line number, parsed value); a missing file, bad
+    encoding or bad JSON is an ``InputError`` located at its line. ``what`` names the file in messages."""
     file = Path(path)
     if not file.is_file():
-        raise InputError(path, "plan file not found", fix="check the --plan path")
+        raise InputError(path, f"{what} not found", fix=f"check the path of the {what}")
     try:
         text = file.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise InputError(path, "is not UTF-8 text", fix="write the plan as UTF-8 JSON Lines") from exc
-    index = {value: i for i, value in enumerate(ids.to_list())}
-    batches: list[np.ndarray] = []
-    epochs: list[int] = []
+        raise InputError(path, "is not UTF-8 text", fix=fix) from exc
     # Split on \n only: str.splitlines also breaks at U+2028, U+0085 and others that JSON
     # strings may hold unescaped.
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            yield number, json.loads(line)
         except json.JSONDecodeError as exc:
-            raise InputError(
-                path, f"is not valid JSON ({exc.msg})", line=number, fix='write one {"rows": [...]} object per line'
-            ) from exc
+            raise InputError(path, f"is not valid JSON ({exc.msg})", line=number, fix=fix) from exc
+        except RecursionError as exc:
+            raise InputError(path, "is nested too deeply", line=number, fix=fix) from exc
+
+
+def read_plan_file(path: str, ids: pl.Series) -> Plan:
+    """Read a plan; ``ids`` are the rows' ids in row order."""
+    index = {value: i for i, value in enumerate(ids.to_list())}
+    batches: list[np.ndarray] = []
+    epochs: list[int] = []
+    for number, record in json_records(path, what="plan file", fix='write one {"rows": [...]} object per line'):
         if not isinstance(record, dict) or "rows" not in record:
             continue
         members = record["rows"]

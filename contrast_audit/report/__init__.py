@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from contrast_audit.api import AuditResult
-from contrast_audit.report import html, json_format, markdown, text
+from contrast_audit.report import html, json_format, markdown, sarif, text
 from contrast_audit.report.common import plural
 
 FORMATTERS: dict[str, Callable[..., str]] = {
@@ -13,6 +13,7 @@ FORMATTERS: dict[str, Callable[..., str]] = {
     "json": json_format.render,
     "markdown": markdown.render,
     "html": html.render,
+    "sarif": sarif.render,
 }
 
 

@@ -1,5 +1,5 @@
-"""HTML report: one self-contained page (inline CSS; no scripts, nothing fetched) for CI artifacts
-and browsers. Every piece of data is escaped. The same inputs give the same bytes, except that the
+"""HTML report: one self-contained page (inline CSS, plots as inline SVG images; no scripts, nothing
+fetched, a Content-Security-Policy that forbids any request) for CI artifacts and browsers. Every piece of data is escaped. The same inputs give the same bytes, except that the
 model line counts how many vectors came from the embedding cache (as in the JSON report)."""
 
 from __future__ import annotations
@@ -41,7 +41,13 @@ table.texts td { max-width: 28rem; overflow-wrap: anywhere; white-space: pre-wra
 .suspect { background: #4fc3f7; color: #000; }
 code { font-size: .9em; }
 footer { margin-top: 2rem; color: var(--muted); font-size: .85em; }
+.plots { display: flex; flex-wrap: wrap; gap: 1rem; }
+figure.plot { margin: 0; max-width: 44rem; }
+figure.plot img { width: 100%; height: auto; background: #fff; border-radius: .3rem; }
+figure.plot figcaption, p.note { color: var(--muted); font-size: .9em; }
 """.strip()
+# Nothing may leave the page: no scripts, no fetches; images only as inline data URIs.
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
 
 def _safe(value: Any) -> str:
@@ -81,6 +87,27 @@ def _setting(value: Any) -> str:
     return _safe(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
 
 
+def _plots(result: AuditResult) -> list[str]:
+    """The plots section: each plot an inline SVG image, or a note saying why it is missing."""
+    from contrast_audit.report.plots import plots
+
+    out = ["<h2>Plots</h2>", '<div class="plots">']
+    for plot in plots(result):
+        if plot.svg is None:
+            out.append(
+                f'<figure class="plot" id="plot-{plot.key}"><figcaption><b>{escape(plot.title)}</b></figcaption>'
+                f'<p class="note">{_safe(plot.caption)}</p></figure>'
+            )
+        else:
+            out.append(
+                f'<figure class="plot" id="plot-{plot.key}"><figcaption><b>{escape(plot.title)}</b></figcaption>'
+                f'<img alt="{escape(plot.title)}" src="{plot.data_uri()}">'
+                f"<figcaption>{_safe(plot.caption)}</figcaption></figure>"
+            )
+    out.append("</div>")
+    return out
+
+
 def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
     from contrast_audit.report import summary_line  # the stderr sentence, as the page's headline
 
@@ -98,6 +125,7 @@ def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         "<title>contrast-audit scan</title>",
         f"<style>\n{STYLE}\n</style></head><body>",
@@ -124,6 +152,7 @@ def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
         ),
         "<h2>Findings by evidence</h2>",
         _table(["evidence", "findings"], [(escape(k), str(n)) for k, n in c["by_kind"].items()], numeric=[1]),
+        *_plots(result),
     ]
     for column in ("source", "cohort"):
         rows = result.breakdown(column)

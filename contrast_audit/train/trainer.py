@@ -110,6 +110,22 @@ def fit(
     return trainer.step_records
 
 
+def check_model_dir(out: str, inputs: Sequence[str]) -> None:
+    """Before any training: ``out`` must be new (or an empty directory), not an input, and its parent writable."""
+    from contrast_audit.io.atomic import check_output_dir
+
+    target = Path(out)
+    if not str(out).strip():
+        raise ConfigError("--out is empty", fix="name a new directory for the model, e.g. --out model/")
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise ConfigError(f"--out {out}: already exists and is not empty", fix="pass a new --out directory")
+    real = Path(os.path.realpath(out))
+    for item in inputs:
+        if Path(os.path.realpath(item)) == real:
+            raise ConfigError(f"--out {out} is the input {item}", fix="name another directory")
+    check_output_dir(real.parent, option="--out")
+
+
 def save_model_atomic(model: Any, out: str, extra: Callable[[Path], None] | None = None) -> None:
     """Save to a temporary sibling directory, then rename it to ``out``."""
     target = Path(out)
@@ -149,6 +165,9 @@ def train(
     from contrast_audit.train.loss import MaskedMultipleNegativesRankingLoss
     from contrast_audit.train.sampler import ManifestBatchSampler
 
+    check_model_dir(
+        out, [*([data] if isinstance(data, str) else data), *([manifest] if isinstance(manifest, str) else [])]
+    )
     if not scale > 0:
         raise ConfigError(f"--scale must be > 0 (scale = 1/temperature), got {scale}")
     if not lr > 0:

@@ -221,3 +221,9 @@ def test_same_file_twice_is_a_warning(tmp_path: Path) -> None:
     assert len(loaded.warnings) == 2
     assert "p.jsonl is given twice" in loaded.warnings[0]
     assert "hard.jsonl is given twice (as p.jsonl)" in loaded.warnings[1]
+
+
+@pytest.mark.parametrize("content", ['"anchor,positive\n', 'anchor,"posi\ntive', '"\n'])
+def test_broken_quoting_in_the_header_is_located(tmp_path: Path, content: str) -> None:
+    (tmp_path / "p.csv").write_text(content)
+    _usage(scan("p.csv"), "p.csv:", "not valid CSV")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,26 @@ def test_train_refuses_bad_settings_and_a_non_manifest(tmp_path):
         assert result.exit_code == 2, (extra, result.output)
     result = RUNNER.invoke(app, ["train", "pairs.jsonl", "--manifest", "pairs.jsonl", "--out", "m", "-q"])
     assert result.exit_code == 2 and "manifest header" in result.output
+
+
+def test_train_checks_out_before_any_model_work(tmp_path):
+    write_rows(tmp_path / "pairs.jsonl", topic_rows())
+    assert RUNNER.invoke(app, lexical_manifest()).exit_code == 0
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "weights.bin").write_text("keep me")
+    (tmp_path / "readonly").mkdir(mode=0o500)
+    for out, message in (
+        ("taken", "not empty"),
+        ("pairs.jsonl", "not empty"),
+        ("", "--out is empty"),
+        ("readonly/model", "cannot write"),
+    ):
+        result = RUNNER.invoke(app, ["train", "pairs.jsonl", "--manifest", "mask.jsonl", "--out", out, "-q"])
+        if out == "readonly/model" and os.geteuid() == 0:
+            continue  # root writes into read-only directories
+        assert result.exit_code == 2 and message in result.output, (out, result.output)
+    assert (tmp_path / "taken" / "weights.bin").read_text() == "keep me"
+    assert json.loads((tmp_path / "pairs.jsonl").read_text().splitlines()[0])["id"] == "r0"
 
 
 def test_eval_refuses_qrels_without_matches(tmp_path):

@@ -1,0 +1,164 @@
+"""SARIF 2.1.0 report (``--format sarif``), for code-scanning views such as GitHub's.
+
+One rule per kind of result (in-batch false negative by severity, mislabelled hard negative,
+overlap with existing data, eval leak). Each result sits at the offending row's file and line
+(``physicalLocation.artifactLocation.uri`` relative to the working directory, ``region.startLine``;
+Parquet rows have no line, so only the file), the related row as a ``relatedLocation``, and the
+evidence in the message and in ``properties``. Results already in a baseline report carry
+``baselineState: "unchanged"`` (the others ``"new"``) when a baseline was given; results masked by
+the manifest given as ``--plan`` carry an external, accepted suppression. Deterministic: no times,
+stable order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from contrast_audit import __version__
+from contrast_audit.api import AuditResult
+from contrast_audit.report.common import clip, evidence_text
+from contrast_audit.report.located import RULE_BY_ID, RULE_INDEX, RULES, display_path, has_lines, located, where
+
+SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
+TEXT_WIDTH = 200  # characters of each data text quoted in a message
+MASKED = "masked by the batch manifest given as --plan: the loss never compares this pair"
+
+
+def _uri(path: str | None, root: Path | None) -> str:
+    shown = display_path(path, root) or ""
+    if shown.startswith("/"):
+        return Path(shown).as_uri()
+    return quote(shown, safe="/")
+
+
+def _location(file: str | None, line: int | None, root: Path | None, message: str | None = None) -> dict[str, Any]:
+    physical: dict[str, Any] = {"artifactLocation": {"uri": _uri(file, root)}}
+    if line is not None and has_lines(file) and line >= 1:
+        physical["region"] = {"startLine": int(line)}
+    out: dict[str, Any] = {"physicalLocation": physical}
+    if message:
+        out["message"] = {"text": message}
+    return out
+
+
+def message(r: dict[str, Any], root: Path | None = None) -> str:
+    """One sentence: what the row does wrong, with the texts and the evidence."""
+    evidence = evidence_text(r["evidence"] or [])
+    text = clip(r["text"] or "", TEXT_WIDTH)
+    other = where(r["other_file"], r["other_line"], root)
+    rule = r["rule"]
+    if rule.startswith("false-negative-"):
+        return (
+            f"Row {r['row_id']}: anchor “{text}” (positive “{clip(r['positive_text'] or '', TEXT_WIDTH)}”) is "
+            f"pushed away from the {r['other_role']} “{clip(r['other_text'] or '', TEXT_WIDTH)}” of row "
+            f"{r['other_id']} ({other}) in batch {r['batch']} ({r['direction']}), yet it is equivalent "
+            f"({r['severity']}); evidence: {evidence}."
+        )
+    if rule == "mislabelled-negative":
+        return (
+            f"Row {r['row_id']}: hard negative {r['role']} “{text}” is equivalent ({r['severity']}) to the row's own "
+            f"positive “{clip(r['other_text'] or '', TEXT_WIDTH)}” or its anchor; evidence: {evidence}."
+        )
+    target = "eval row" if rule == "eval-leak" else "existing row"
+    matched = f" “{clip(r['other_text'], TEXT_WIDTH)}”" if r["other_text"] else ""
+    return (
+        f"Row {r['row_id']}: the {r['role']} “{text}” matches the {r['other_role'] or 'text'} of {target} "
+        f"{r['other_id']} ({other}){matched} ({r['severity']}); evidence: {evidence}."
+    )
+
+
+def _fingerprint(r: dict[str, Any]) -> str:
+    key = "\x1f".join(
+        str(r[k]) for k in ("rule", "row_id", "role", "other_file", "other_id", "other_role", "batch", "direction")
+    )
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
+
+
+def _properties(r: dict[str, Any]) -> dict[str, Any]:
+    props: dict[str, Any] = {
+        "severity": r["severity"],
+        "row_id": r["row_id"],
+        "role": r["role"],
+        "related_row_id": r["other_id"],
+        "related_role": r["other_role"],
+        "evidence": r["evidence"] or [],
+        "baseline": bool(r["baseline"]),
+        "masked": bool(r["masked"]),
+    }
+    if r["batch"] is not None:
+        props.update(batch=r["batch"], epoch=r["epoch"], direction=r["direction"])
+    if r["target"] is not None:
+        props["target"] = r["target"]
+    if not has_lines(r["file"]) and r["line"] is not None:
+        props["row_number"] = r["line"]
+    return props
+
+
+def sarif_log(result: AuditResult, *, baseline: bool | None = None, root: Path | None = None) -> dict[str, Any]:
+    """The SARIF log as a dict. ``baseline``: whether a baseline report was given (default: whether
+    the scan read one, or any result is marked as in the baseline)."""
+    table = located(result)
+    if baseline is None:
+        baseline = result.baseline_file is not None or (bool(table.height) and bool(table.get_column("baseline").any()))
+    results = []
+    for r in table.iter_rows(named=True):
+        rule = RULE_BY_ID[r["rule"]]
+        entry: dict[str, Any] = {
+            "ruleId": rule.id,
+            "ruleIndex": RULE_INDEX[rule.id],
+            "level": rule.level,
+            "message": {"text": message(r, root)},
+            "locations": [_location(r["file"], r["line"], root)],
+            "relatedLocations": [
+                {
+                    "id": 1,
+                    **_location(r["other_file"], r["other_line"], root, f"row {r['other_id']} ({r['other_role']})"),
+                }
+            ],
+            "partialFingerprints": {"contrastAudit/v1": _fingerprint(r)},
+            "properties": _properties(r),
+        }
+        if baseline:
+            entry["baselineState"] = "unchanged" if r["baseline"] else "new"
+        if r["masked"]:
+            entry["suppressions"] = [{"kind": "external", "status": "accepted", "justification": MASKED}]
+        results.append(entry)
+    c = result.counts()
+    run: dict[str, Any] = {
+        "tool": {
+            "driver": {
+                "name": "contrast-audit",
+                "version": __version__,
+                "semanticVersion": __version__,
+                "rules": [
+                    {
+                        "id": rule.id,
+                        "name": rule.name,
+                        "shortDescription": {"text": rule.title},
+                        "fullDescription": {"text": rule.description},
+                        "defaultConfiguration": {"level": rule.level},
+                        "properties": {"tags": ["training-data", "contrastive"]},
+                    }
+                    for rule in RULES
+                ],
+            }
+        },
+        "columnKind": "unicodeCodePoints",
+        "results": results,
+        "properties": {
+            "counts": {k: c[k] for k in ("rows", "batches", "candidates", "findings", "mislabelled_negatives")},
+            "overlaps": int(result.overlaps.height),
+        },
+    }
+    return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": [run]}
+
+
+def render(result: AuditResult, *, baseline: bool | None = None, **_: object) -> str:
+    return json.dumps(sarif_log(result, baseline=baseline), indent=2, ensure_ascii=False) + "\n"
+
+
+__all__ = ["message", "render", "sarif_log"]
