@@ -260,7 +260,12 @@ def fn_stats(meta: dict, batches: list[np.ndarray], steps: int, resolved: bool, 
             left += keep
         elif not resolved:
             left += len(fn)
-    return {"fn_per_anchor": total / anchors, "fn_rate": total / cands, "left_per_anchor": left / anchors}
+    return {
+        "fn_per_anchor": total / anchors,
+        "fn_rate": total / cands,
+        "left_per_anchor": left / anchors,
+        "mean_batch": anchors / max(1, len(batches[:steps])),
+    }
 
 
 # ---- runs -------------------------------------------------------------------------------------
@@ -330,14 +335,14 @@ def run_one(setting: str, seed: int, meta: dict, work: Path, args) -> dict:
 
 def table(results: list[dict], stats: dict, baseline: dict | None) -> str:
     head = (
-        "| setting | FN per anchor in batch | FN left as negatives | nDCG@10 | MRR@10 | Recall@10 | Recall@1 | train s/run |\n"
-        "|---|---|---|---|---|---|---|---|\n"
+        "| setting | mean batch | FN per anchor in batch | FN share of candidates | FN left as negatives | nDCG@10 | MRR@10 | Recall@10 | Recall@1 | train s/run |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n"
     )
     out = []
     if baseline:
         m = baseline["metrics"]
         out.append(
-            f"| start model (no training) | – | – | {m['ndcg@10']:.4f} | {m['mrr@10']:.4f} | "
+            f"| start model (no training) | – | – | – | – | {m['ndcg@10']:.4f} | {m['mrr@10']:.4f} | "
             f"{m['recall@10']:.4f} | {m['recall@1']:.4f} | – |"
         )
     for setting in SETTINGS:
@@ -347,8 +352,11 @@ def table(results: list[dict], stats: dict, baseline: dict | None) -> str:
             continue
         fn = statistics.mean(stats[k]["fn_per_anchor"] for k in keys)
         left = statistics.mean(stats[k]["left_per_anchor"] for k in keys)
+        rate = statistics.mean(stats[k]["fn_rate"] for k in keys)
+        size = statistics.mean(stats[k]["mean_batch"] for k in keys)
+        plan = f"{size:.1f} | {fn:.2f} | {rate:.1%} | {left:.2f}"
         if not runs:
-            out.append(f"| {setting} (not run) | {fn:.2f} | {left:.2f} | – | – | – | – | – |")
+            out.append(f"| {setting} (not run) | {plan} | – | – | – | – | – |")
             continue
 
         def ms(key: str, runs=runs) -> str:
@@ -358,7 +366,7 @@ def table(results: list[dict], stats: dict, baseline: dict | None) -> str:
 
         secs = statistics.mean(r["train_seconds"] for r in runs)
         out.append(
-            f"| {setting} (n={len(runs)}) | {fn:.2f} | {left:.2f} | {ms('ndcg@10')} | {ms('mrr@10')} | "
+            f"| {setting} (n={len(runs)}) | {plan} | {ms('ndcg@10')} | {ms('mrr@10')} | "
             f"{ms('recall@10')} | {ms('recall@1')} | {secs:.0f} |"
         )
     return head + "\n".join(out) + "\n"

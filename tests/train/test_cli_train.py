@@ -165,3 +165,26 @@ def test_a_non_finite_loss_stops_training_with_exit_2_naming_the_step(tmp_path, 
     assert result.exit_code == 2, result.output
     assert "step 2" in result.output and "nan" in result.output
     assert not (tmp_path / "model").exists()
+
+
+@pytest.mark.slow
+def test_the_trainer_sees_the_manifest_batches_of_every_epoch(tmp_path, monkeypatch):
+    from contrast_audit.train._manifest import read_manifest
+    from contrast_audit.train.loss import MaskedMultipleNegativesRankingLoss
+    from contrast_audit.train.trainer import train
+
+    write_rows(tmp_path / "pairs.jsonl", topic_rows())
+    args = [*lexical_manifest(), "--batch-size", "3", "--epochs", "2"]
+    assert RUNNER.invoke(app, args).exit_code == 0
+    seen: list[list[int]] = []
+    original = MaskedMultipleNegativesRankingLoss.compute_loss_from_embeddings
+
+    def record(self, embeddings, labels):
+        seen.append(labels.tolist())
+        return original(self, embeddings, labels)
+
+    monkeypatch.setattr(MaskedMultipleNegativesRankingLoss, "compute_loss_from_embeddings", record)
+    result = train("pairs.jsonl", "mask.jsonl", "model", progress=False)
+    manifest = read_manifest("mask.jsonl")
+    expected = [[int(r[1:]) for r in b.rows] for b in manifest.batches]  # ids r0..r7 are rows 0..7
+    assert seen == expected and result.steps == len(expected) == 6
