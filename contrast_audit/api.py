@@ -444,7 +444,7 @@ def audit(
             plan = make_plan(cfg.plan, corpus.n_rows, corpus.raw)
     judgement = judge_plan(prepared, plan, cfg.plan.world_size, progress)
     if manifest is not None:
-        judgement = mark_masked(judgement, manifest, corpus.rows.get_column("id"), plan, cfg.plan.world_size)
+        judgement = mark_masked(judgement, manifest, corpus.rows.get_column("id"))
     if not is_new.all():  # --with-existing: report what involves a new row
         keep = pl.Series(is_new)
         judgement.findings = judgement.findings.filter(

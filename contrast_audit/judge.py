@@ -94,7 +94,8 @@ def _chunks(gb: GlobalBatches, width: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
-def _evaluate(detectors: Sequence[Detector], pairs: Pairs) -> tuple[np.ndarray, np.ndarray, list]:
+def evaluate(detectors: Sequence[Detector], pairs: Pairs) -> tuple[np.ndarray, np.ndarray, list]:
+    """Run every detector on the candidate pairs: (found, highest severity or -1, each detector's hits)."""
     hits = [d.detect(pairs) for d in detectors]
     found = np.zeros(len(pairs), dtype=bool)
     severity = np.full(len(pairs), -1, dtype=np.int8)
@@ -145,7 +146,7 @@ def judge(
             pairs, pair_batch = direction_pairs(corpus, direction, batch, anchor, other)
             by_direction[direction] += len(pairs)
             per_row += np.bincount(pairs.anchor_row, minlength=corpus.n_rows)
-            found, severity, hits = _evaluate(detectors, pairs)
+            found, severity, hits = evaluate(detectors, pairs)
             if found.any():
                 frames.append(
                     _frame(
@@ -240,7 +241,7 @@ def mislabelled_negatives(corpus: Corpus, detectors: Sequence[Detector]) -> pl.D
         return empty
     rows_idx = rows_idx.astype(np.int64)
     pairs = Pairs("query_to_doc", rows_idx, rows_idx, slot.astype(np.int64) + 1, corpus.negatives[rows_idx, slot])
-    found, severity, hits = _evaluate(detectors, pairs)
+    found, severity, hits = evaluate(detectors, pairs)
     if not found.any():
         return empty
     frame = _frame(

@@ -226,7 +226,7 @@ def _judged_edges(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Keep candidate row pairs that a detector judges related at the severity, in either direction."""
     from contrast_audit.evidence import Pairs
-    from contrast_audit.judge import _evaluate
+    from contrast_audit.judge import evaluate
 
     keep = edge_a != edge_b
     edge_a, edge_b = edge_a[keep], edge_b[keep]
@@ -238,7 +238,7 @@ def _judged_edges(
     b = np.r_[unique[:, 1], unique[:, 0]]
     corpus = prepared.corpus
     pairs = Pairs("query_to_doc", a, b, np.full(a.shape[0], POSITIVE_ROLE, dtype=np.int64), corpus.positive[b])
-    found, severity, _ = _evaluate(prepared.detectors, pairs)
+    found, severity, _ = evaluate(prepared.detectors, pairs)
     related = found & (severity >= threshold)
     half = unique.shape[0]
     related = related[:half] | related[half:]

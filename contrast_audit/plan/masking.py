@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, role_name
+from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE
 from contrast_audit.judge import Judgement
 from contrast_audit.plan.batches import GlobalBatches, Plan
 from contrast_audit.plan.manifest import Manifest, is_manifest_header
@@ -60,10 +60,6 @@ def positions(gb: GlobalBatches) -> pl.DataFrame:
     return pl.DataFrame({"batch": batch, "row": gb.rows.astype(np.int64), "pos": pos})
 
 
-def role_label(code: int) -> str:
-    return role_name(code)
-
-
 def with_positions(findings: pl.DataFrame, gb: GlobalBatches) -> pl.DataFrame:
     """Findings with ``a_pos`` and ``c_pos``, their rows' positions in the finding's global batch."""
     occ = positions(gb)
@@ -76,31 +72,28 @@ def manifest_relations(manifest: Manifest, ids: pl.Series) -> pl.DataFrame:
     """Every masked or positive entry as (batch, direction, anchor_row, cand_row, cand_role) with the
     batch numbered as the plan's global batches are (the manifest's line order)."""
     index = {value: i for i, value in enumerate(ids.to_list())}
-    batch_no: list[int] = []
-    direction: list[str] = []
-    anchor_row: list[int] = []
-    cand_row: list[int] = []
-    cand_role: list[int] = []
+    codes: dict[str, int] = {}
+    frames = [pl.DataFrame(schema={**_ROLE_CODE_SCHEMA, "cand_role": pl.Int64})]
     for g, batch in enumerate(manifest.batches):
-        rows = [index[r] for r in batch.rows]
+        rows = np.fromiter((index[r] for r in batch.rows), dtype=np.int64, count=len(batch.rows))
         for relation in (batch.mask, batch.positives):
             for d, entries in relation.items():
-                for a, c, role in entries:
-                    batch_no.append(g)
-                    direction.append(d)
-                    anchor_row.append(rows[a])
-                    cand_row.append(rows[c])
-                    cand_role.append(_role_code(role))
-    return pl.DataFrame(
-        {
-            "batch": batch_no,
-            "direction": direction,
-            "anchor_row": anchor_row,
-            "cand_row": cand_row,
-            "cand_role": cand_role,
-        },
-        schema={**_ROLE_CODE_SCHEMA, "cand_role": pl.Int64},
-    ).unique()
+                if not entries:
+                    continue
+                a, c, role = (np.asarray(column) for column in zip(*entries, strict=True))
+                frames.append(
+                    pl.DataFrame(
+                        {
+                            "batch": np.full(a.shape[0], g, dtype=np.int64),
+                            "direction": [d] * a.shape[0],
+                            "anchor_row": rows[a.astype(np.int64)],
+                            "cand_row": rows[c.astype(np.int64)],
+                            "cand_role": [codes.setdefault(r, _role_code(r)) for r in role.tolist()],
+                        },
+                        schema={**_ROLE_CODE_SCHEMA, "cand_role": pl.Int64},
+                    )
+                )
+    return pl.concat(frames).unique()
 
 
 def _role_code(role: str) -> int:
@@ -111,7 +104,7 @@ def _role_code(role: str) -> int:
     return int(role.removeprefix("negative_"))
 
 
-def mark_masked(judgement: Judgement, manifest: Manifest, ids: pl.Series, plan: Plan, world_size: int) -> Judgement:
+def mark_masked(judgement: Judgement, manifest: Manifest, ids: pl.Series) -> Judgement:
     """Flag the findings (and own hard negatives) that the manifest masks or marks as positives."""
     relations = manifest_relations(manifest, ids).with_columns(pl.lit(True).alias("_hit"))
     keys = ["batch", "direction", "anchor_row", "cand_row", "cand_role"]
