@@ -12,29 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scan_scale import write_pairs  # noqa: E402
-
-
-def timed(cmd: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of one command."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    code = os.waitstatus_to_exitcode(status)
-    if code not in (0, 1):
-        raise SystemExit(f"{' '.join(cmd)} exited {code}: {proc.stderr.read().decode() if proc.stderr else ''}")
-    return wall, usage.ru_maxrss / 1024
+from scan_scale import timed, write_pairs  # noqa: E402
 
 
 def main() -> None:

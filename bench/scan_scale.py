@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
+import os
 import shlex
 import subprocess
 import sys
@@ -52,6 +52,18 @@ def write_pairs(path: Path, n: int, seed: int = 0, distinct_positives: int = 0) 
             )
 
 
+def timed(cmd: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MiB) of one command."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    code = os.waitstatus_to_exitcode(status)
+    if code not in (0, 1):
+        raise SystemExit(f"{' '.join(cmd)} exited {code}: {proc.stderr.read().decode() if proc.stderr else ''}")
+    return wall, usage.ru_maxrss / 1024
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[100_000])
@@ -87,16 +99,11 @@ def main() -> None:
                 "-q",
                 *shlex.split(args.scan_args),
             ]
-            start = time.perf_counter()
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            wall = time.perf_counter() - start
-            if proc.returncode not in (0, 1):
-                raise SystemExit(proc.stderr)
-            usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+            wall, rss = timed(cmd)
             counts = json.loads(out.read_text())["counts"]
             print(
                 f"| {n:,} | {counts['texts']:,} | {args.batch_size} | {counts['candidates']:,} | {counts['findings']:,} "
-                f"| {wall:.1f} | {usage.ru_maxrss / 1024:.0f} |",
+                f"| {wall:.1f} | {rss:.0f} |",
                 flush=True,
             )
 

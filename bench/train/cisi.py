@@ -22,9 +22,12 @@ Settings, all from the same start model, rows, steps, batch size, learning rate,
 - ``group``: a ``group`` manifest (a query's rows dealt into different batches; what remains masked);
 - ``multi-positive``: a ``multi-positive`` manifest (runs of up to 4 rows of one query kept together;
   every candidate that is a judged document of the anchor's query counts as a positive; ``sum``
-  normalisation).
+  normalisation);
+- ``tool-mask`` / ``tool-group``: manifests written by ``contrast-audit manifest`` itself with its default
+  detectors (exact, same-anchor, linked, declared, MinHash, embeddings with the bundled model) on the
+  training file: what a user gets without knowing the judgments.
 
-The manifests are written by this script in the manifest format from the known-positive relation the
+The oracle manifests (``mask``, ``group``, ``multi-positive``) are written by this script in the manifest format from the known-positive relation the
 training data itself declares (rows that share an anchor text: every positive of a query's rows is a
 positive of that query, and so is an identical text in any column), i.e. what ``contrast-audit manifest``
 acts on with its same-anchor and exact-text evidence. Detection quality is measured elsewhere
@@ -43,6 +46,7 @@ import platform
 import random
 import shlex
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -51,7 +55,8 @@ import numpy as np
 
 from bench.quality.mined import read_cisi
 
-SETTINGS = ("naive", "no-duplicates", "gist", "mask", "group", "multi-positive")
+SETTINGS = ("naive", "no-duplicates", "gist", "mask", "group", "multi-positive", "tool-mask", "tool-group")
+MANIFEST_SETTINGS = ("mask", "group", "multi-positive", "tool-mask", "tool-group")
 HARD_POOL = 30
 RUN_LEN = 4
 HOLDOUT_SEED = 13
@@ -236,20 +241,70 @@ def write_manifest(path: Path, meta: dict, batches: list[np.ndarray], strategy: 
     return header["counts"]
 
 
-def fn_stats(meta: dict, batches: list[np.ndarray], steps: int, resolved: bool, gist: bool) -> dict:
-    """Judged-relevant in-batch candidates per anchor over the trained batches, and how many stay negatives."""
-    anchors = total = left = cands = 0
+def tool_manifest(path: Path, strategy: str, seed: int, work: Path, args) -> None:
+    """``contrast-audit manifest`` on the training file, default detectors, the benchmark's batch size and seed."""
+    if path.exists():
+        return
+    command = [
+        str(Path(sys.executable).with_name("contrast-audit")),
+        "manifest",
+        str(work / "data.jsonl"),
+        "--strategy",
+        strategy,
+        "--batch-size",
+        str(args.batch_size),
+        "--seed",
+        str(seed),
+        "--out",
+        str(path),
+        "--quiet",
+    ]
+    _log("  " + shlex.join(["contrast-audit", *command[1:]]))
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+
+
+def manifest_plan(path: Path, meta: dict) -> tuple[list[np.ndarray], list[set[tuple[int, int, int]]]]:
+    """The batches of a manifest as row indices, and per batch its masked (anchor, candidate, role) triples."""
+    index = {r["id"]: i for i, r in enumerate(meta["rows"])}
+    batches, masks = [], []
+    with path.open() as handle:
+        next(handle)
+        for line in handle:
+            obj = json.loads(line)
+            batches.append(np.asarray([index[i] for i in obj["rows"]], dtype=np.int64))
+            entries = [e for v in obj.get("mask", {}).values() for e in v]
+            masks.append({(e[0], e[1], int(e[2].rsplit("_", 1)[1]) if len(e) > 2 else 0) for e in entries})
+    return batches, masks
+
+
+def fn_stats(
+    meta: dict,
+    batches: list[np.ndarray],
+    steps: int,
+    resolved: bool,
+    gist: bool,
+    masks: list[set[tuple[int, int, int]]] | None = None,
+) -> dict:
+    """Judged-relevant in-batch candidates per anchor over the trained batches, and how many stay negatives.
+
+    ``masks`` (a manifest's masked triples per batch): a false negative stays a negative unless masked.
+    """
+    anchors = total = left = cands = masked = 0
     d_emb = np.load(meta["_work"] + "/doc_emb.npy") if gist else None
     q_emb = np.load(meta["_work"] + "/query_emb.npy") if gist else None
     doc_pos = {d: i for i, d in enumerate(meta["doc_ids"])}
     q_pos = {q: i for i, q in enumerate(meta["train_queries"])}
-    for batch in batches[:steps]:
+    for b, batch in enumerate(batches[:steps]):
         rows = [meta["rows"][i] for i in batch]
         fn = false_negatives(meta, batch)
         anchors += len(batch)
         cands += len(batch) * (2 * len(batch) - 1)
         total += len(fn)
-        if gist and len(fn):
+        if masks is not None:
+            batch_masks = masks[b]
+            masked += len(batch_masks)
+            left += sum((int(a), int(c), int(role)) not in batch_masks for a, c, role in fn)
+        elif gist and len(fn):
             # GISTEmbedLoss masks a candidate whose guide similarity exceeds the anchor's positive's.
             keep = 0
             for a, c, role in fn:
@@ -258,9 +313,12 @@ def fn_stats(meta: dict, batches: list[np.ndarray], steps: int, resolved: bool, 
                 cand = q @ d_emb[doc_pos[rows[c]["pos" if role == 0 else "neg"]]]
                 keep += int(cand <= pos)
             left += keep
-        elif not resolved:
+        elif resolved:
+            masked += len(fn)
+        else:
             left += len(fn)
     return {
+        "masked_per_anchor": masked / anchors,
         "fn_per_anchor": total / anchors,
         "fn_rate": total / cands,
         "left_per_anchor": left / anchors,
@@ -284,7 +342,7 @@ def run_one(setting: str, seed: int, meta: dict, work: Path, args) -> dict:
     torch.manual_seed(seed)
     model = load_start_model(args.max_seq_length)
     manifest_path = work / "manifests" / f"{setting}-{seed}.jsonl"
-    if setting in ("mask", "group", "multi-positive"):
+    if setting in MANIFEST_SETTINGS:
         plan = read_manifest(manifest_path)
         data = manifest_dataset(str(work / "data.jsonl"), plan)
         loss = MaskedMultipleNegativesRankingLoss(model, plan, data.row_ids, scale=args.scale, n_negatives=1)
@@ -335,14 +393,15 @@ def run_one(setting: str, seed: int, meta: dict, work: Path, args) -> dict:
 
 def table(results: list[dict], stats: dict, baseline: dict | None) -> str:
     head = (
-        "| setting | mean batch | FN per anchor in batch | FN share of candidates | FN left as negatives | nDCG@10 | MRR@10 | Recall@10 | Recall@1 | train s/run |\n"
-        "|---|---|---|---|---|---|---|---|---|---|\n"
+        "| setting | mean batch | FN per anchor in batch | FN share of candidates | FN left as negatives | masked or marked per anchor | "
+        "nDCG@10 | MRR@10 | Recall@10 | Recall@1 | train s/run |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     out = []
     if baseline:
         m = baseline["metrics"]
         out.append(
-            f"| start model (no training) | – | – | – | – | {m['ndcg@10']:.4f} | {m['mrr@10']:.4f} | "
+            f"| start model (no training) | – | – | – | – | – | {m['ndcg@10']:.4f} | {m['mrr@10']:.4f} | "
             f"{m['recall@10']:.4f} | {m['recall@1']:.4f} | – |"
         )
     for setting in SETTINGS:
@@ -354,7 +413,8 @@ def table(results: list[dict], stats: dict, baseline: dict | None) -> str:
         left = statistics.mean(stats[k]["left_per_anchor"] for k in keys)
         rate = statistics.mean(stats[k]["fn_rate"] for k in keys)
         size = statistics.mean(stats[k]["mean_batch"] for k in keys)
-        plan = f"{size:.1f} | {fn:.2f} | {rate:.1%} | {left:.2f}"
+        masked = statistics.mean(stats[k]["masked_per_anchor"] for k in keys)
+        plan = f"{size:.1f} | {fn:.2f} | {rate:.1%} | {left:.2f} | {masked:.2f}"
         if not runs:
             out.append(f"| {setting} (not run) | {plan} | – | – | – | – | – |")
             continue
@@ -430,9 +490,18 @@ def main(argv: list[str] | None = None) -> int:
                 meta,
                 batches,
                 args.steps,
-                resolved=setting in ("mask", "group", "multi-positive"),
+                resolved=setting in MANIFEST_SETTINGS,
                 gist=setting == "gist",
             )
+        for setting in ("tool-mask", "tool-group"):
+            if setting not in args.settings:
+                continue
+            path = work / "manifests" / f"{setting}-{seed}.jsonl"
+            if not args.report_only:
+                tool_manifest(path, setting.removeprefix("tool-"), seed, work, args)
+            if path.exists():
+                batches, masks = manifest_plan(path, meta)
+                stats[f"{setting}-{seed}"] = fn_stats(meta, batches, args.steps, True, False, masks)
 
     base_path = work / "results" / "start-model.json"
     if not base_path.exists():

@@ -141,14 +141,8 @@ def step_summary(result: AuditResult, gate: GateResult | None = None, *, top: in
     )
     leaks = fresh.filter(pl.col("rule").is_in(["eval-leak", "overlap-existing"]))
     if leaks.height:
-        shown = leaks.head(top)
-        out += [
-            f"### New overlaps ({shown.height} of {leaks.height})",
-            "",
-            "| kind | row | text | matches | evidence |",
-            "|---|---|---|---|---|",
-        ]
-        for r in shown.iter_rows(named=True):
+        out += _table_head("New overlaps", top, leaks.height, ("kind", "row", "text", "matches", "evidence"))
+        for r in leaks.head(top).iter_rows(named=True):
             target = f"{_cell(r['other_id'])} ({_cell(where(r['other_file'], r['other_line']))})"
             if r["other_text"]:
                 target += f": {_cell(r['other_text'])}"
@@ -159,14 +153,9 @@ def step_summary(result: AuditResult, gate: GateResult | None = None, *, top: in
         out.append("")
     findings = fresh.filter(~pl.col("rule").is_in(["eval-leak", "overlap-existing"]))
     if findings.height:
-        shown = findings.head(top)
-        out += [
-            f"### New findings ({shown.height} of {findings.height})",
-            "",
-            "| kind | row | its positive | alleged negative | evidence |",
-            "|---|---|---|---|---|",
-        ]
-        for r in shown.iter_rows(named=True):
+        columns = ("kind", "row", "its positive", "alleged negative", "evidence")
+        out += _table_head("New findings", top, findings.height, columns)
+        for r in findings.head(top).iter_rows(named=True):
             if r["rule"] == "mislabelled-negative":  # the row's own hard negative against its positive
                 positive, negative, of = r["other_text"], r["text"], (r["row_id"], r["role"])
             else:
@@ -178,6 +167,16 @@ def step_summary(result: AuditResult, gate: GateResult | None = None, *, top: in
             )
         out.append("")
     return "\n".join(out) + "\n"
+
+
+def _table_head(title: str, top: int, total: int, columns: tuple[str, ...]) -> list[str]:
+    """A section heading saying how many of how many rows follow, then a markdown table head."""
+    return [
+        f"### {title} ({min(top, total)} of {total})",
+        "",
+        "| " + " | ".join(columns) + " |",
+        "|" + "---|" * len(columns),
+    ]
 
 
 def append_step_summary(path: str | os.PathLike[str], text: str) -> None:
