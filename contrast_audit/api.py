@@ -17,7 +17,7 @@ from contrast_audit.config import AuditConfig, PlanConfig
 from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, Corpus, build_corpus, role_name
 from contrast_audit.evidence import REGISTRY, SEVERITIES, Detector, default_detectors
 from contrast_audit.io import LoadResult, load_rows
-from contrast_audit.judge import Judgement, judge
+from contrast_audit.judge import Judgement, candidate_counts, judge
 from contrast_audit.overlap import (
     distinct_targets,
     find_overlaps,
@@ -454,6 +454,11 @@ def audit(
         judgement.mislabelled = judgement.mislabelled.filter(
             keep.gather(judgement.mislabelled.get_column("anchor_row"))
         )
+        by_direction, per_row = candidate_counts(
+            corpus, plan.global_batches(cfg.plan.world_size), cfg.loss.directions, is_new
+        )
+        judgement.candidates, judgement.candidates_by_direction = sum(by_direction.values()), by_direction
+        judgement.candidates_per_row = per_row
     n_sets = len(plan.global_batches(cfg.plan.world_size))
     result = AuditResult(cfg, loaded, corpus, plan, n_sets, judgement, config_file, active)
     stores = {id(s): s for d in active if (s := getattr(d, "store", None)) is not None}

@@ -179,6 +179,35 @@ def judge(
     )
 
 
+def candidate_counts(
+    corpus: Corpus, batches: GlobalBatches, directions: Sequence[str], involved: np.ndarray
+) -> tuple[dict[str, int], np.ndarray]:
+    """Candidates per direction and per anchor row, counting only the (anchor, candidate) pairs in which
+    an ``involved`` row takes part (``scan --with-existing``: pairs with a new row).
+
+    With every row involved this equals ``judge``'s counts: an anchor occurrence meets every other
+    occurrence of its global batch, through its positive and each hard negative in the document
+    directions and through its anchor otherwise.
+    """
+    rows = batches.rows
+    batch_of = np.repeat(np.arange(len(batches)), batches.sizes)
+    inv = involved[rows]
+    per_row = np.zeros(corpus.n_rows, dtype=np.int64)
+    by_direction: dict[str, int] = {}
+    for direction in directions:
+        if direction in ("query_to_query", "doc_to_query"):
+            weight = np.ones(rows.shape[0], dtype=np.int64)
+        else:
+            weight = 1 + (corpus.negatives[rows] >= 0).sum(axis=1)
+        total = np.bincount(batch_of, weights=weight, minlength=len(batches)).astype(np.int64)
+        of_involved = np.bincount(batch_of, weights=weight * inv, minlength=len(batches)).astype(np.int64)
+        # An involved anchor counts every other occurrence; any other anchor only the involved ones.
+        count = np.where(inv, total[batch_of] - weight, of_involved[batch_of])
+        per_row += np.bincount(rows, weights=count, minlength=corpus.n_rows).astype(np.int64)
+        by_direction[direction] = int(count.sum())
+    return by_direction, per_row
+
+
 _SEVERITY = pl.Enum(["certain", "likely", "suspect"])
 
 

@@ -79,3 +79,31 @@ def test_many_batches_are_chunked_consistently(monkeypatch):
     assert whole.findings.equals(chunked.findings)
     assert whole.candidates == chunked.candidates == 10 * 100 * 99
     assert whole.findings.height == 10 * 2  # each batch holds two rows whose positive is "shared"
+
+
+def test_candidate_counts_restricted_to_involved_rows_match_the_enumerated_pairs():
+    from contrast_audit.judge import batch_pairs, candidate_counts, direction_pairs
+
+    rng = np.random.default_rng(3)
+    rows = [(f"q{i}", f"d{i}", *[f"n{i}-{k}" for k in range(i % 3)]) for i in range(23)]  # ragged negatives
+    c = corpus_of(rows)
+    directions = ("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc")
+    order = rng.permutation(23)
+    batches = [order[:8], order[8:16], np.r_[order[16:], order[:2]]]  # rows 0-1 of the order occur twice
+    plan = Plan.from_batches(batches, [0, 0, 1], "test")
+    for world_size in (1, 2):
+        gb = plan.global_batches(world_size)
+        every = run(c, batches, directions, world_size)
+        everyone = np.ones(23, dtype=bool)
+        assert candidate_counts(c, gb, directions, everyone)[0] == every.candidates_by_direction
+        assert candidate_counts(c, gb, directions, everyone)[1].tolist() == every.candidates_per_row.tolist()
+        involved = rng.random(23) < 0.3
+        by_direction, per_row = candidate_counts(c, gb, directions, involved)
+        expected_rows = np.zeros(23, dtype=np.int64)
+        for direction in directions:
+            batch, anchor, other = batch_pairs(gb, 0, len(gb))
+            pairs, _ = direction_pairs(c, direction, batch, anchor, other)
+            keep = involved[pairs.anchor_row] | involved[pairs.cand_row]
+            assert by_direction[direction] == int(keep.sum())
+            expected_rows += np.bincount(pairs.anchor_row[keep], minlength=23)
+        assert per_row.tolist() == expected_rows.tolist()

@@ -162,6 +162,8 @@ def test_with_existing_reports_only_pairs_with_a_new_row(tmp_path):
     assert result.corpus.rows.get_column("is_new").to_list() == [True, False, False, False]
     pairs = {(ids[a], ids[c]) for a, c in result.findings.select("anchor_row", "cand_row").iter_rows()}
     assert pairs == {("0", "1"), ("1", "0")}  # the old duplicate pair (2, 3) is not reported
+    # batch of 4, query_to_doc, no hard negatives: the new row meets 3 candidates and is one of each old row's 3
+    assert result.counts()["candidates"] == 3 + 3
 
 
 def test_with_existing_needs_existing_data():
