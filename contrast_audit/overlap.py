@@ -31,7 +31,17 @@ import polars as pl
 
 from contrast_audit.config import AuditConfig, ColumnMapping
 from contrast_audit.corpus import Corpus, role_name
-from contrast_audit.embed import EmbeddingCache, EmbeddingStore, ShardCache, default_cache_dir, find_keys, text_keys
+from contrast_audit.embed import (
+    VECTOR_DTYPE,
+    EmbeddingCache,
+    EmbeddingStore,
+    ShardCache,
+    default_cache_dir,
+    dequantise,
+    find_keys,
+    quantise,
+    text_keys,
+)
 from contrast_audit.errors import InputError
 from contrast_audit.evidence.base import CERTAIN, LIKELY, SEVERITY_NAMES
 from contrast_audit.evidence.minhash import band_keys, lsh_params, signatures
@@ -298,7 +308,8 @@ class Encoder:
         return cls(store, store.cfg.doc_prompt, source.fingerprint())
 
     def vectors(self, texts: list[str], cache: EmbeddingCache | None) -> tuple[np.ndarray, int]:
-        """(vectors, how many were encoded) of ``texts``."""
+        """(vectors, how many were encoded) of ``texts``, in the cache's stored form (float16) whether
+        encoded now or read, so a cold and a warm run score alike; ``neighbours`` scores them in float32."""
         keys = text_keys(texts, self.prompt)
         n = len(texts)
         found, cached = cache.lookup(keys) if cache is not None else (np.zeros(n, dtype=bool), None)
@@ -327,11 +338,11 @@ class Encoder:
                     cache.store(keys[missing][first], new[first])
                 except OSError:
                     pass
-        out = np.zeros((n, dim or 0), dtype=np.float32)
+        out = np.zeros((n, dim or 0), dtype=VECTOR_DTYPE)
         if cached is not None and cached.shape[0]:
             out[found] = cached
         if new is not None:
-            out[missing] = new
+            out[missing] = quantise(new)
         return out, int(missing.size)
 
 
@@ -491,12 +502,14 @@ class Matcher:
 
 
 def neighbours(new: np.ndarray, target: np.ndarray, threshold: float) -> pl.DataFrame:
-    """Every (new, target) pair of unit vectors with cosine >= ``threshold``: an exact matrix
-    product over blocks of ``SIM_BLOCK`` reference vectors."""
+    """Every (new, target) pair of unit vectors with cosine >= ``threshold``: an exact float32 matrix
+    product (BLAS) over blocks of ``SIM_BLOCK`` reference vectors. Stored (float16) vectors are
+    dequantised block by block, so the reference matrix is never held twice."""
     found_new, found_target, found_score = [], [], []
     if new.shape[0] and target.shape[0]:
+        new = _scoring_form(new)
         for lo in range(0, target.shape[0], SIM_BLOCK):
-            sim = new @ target[lo : lo + SIM_BLOCK].T
+            sim = new @ _scoring_form(target[lo : lo + SIM_BLOCK]).T
             i, j = np.nonzero(sim >= threshold)
             found_new.append(i.astype(np.int64))
             found_target.append(j.astype(np.int64) + lo)
@@ -509,6 +522,10 @@ def neighbours(new: np.ndarray, target: np.ndarray, threshold: float) -> pl.Data
             "s_embedding": cat(found_score, np.float64),
         }
     )
+
+
+def _scoring_form(vectors: np.ndarray) -> np.ndarray:
+    return dequantise(vectors) if vectors.dtype == VECTOR_DTYPE else np.asarray(vectors, dtype=np.float32)
 
 
 def _combine(frames: list[pl.DataFrame]) -> pl.DataFrame:

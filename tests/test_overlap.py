@@ -205,6 +205,24 @@ def test_neighbours_match_a_brute_force_search(monkeypatch):
     assert {(0, 0), (1, 1)} <= expect
 
 
+def test_neighbours_score_stored_vectors_in_float32_block_by_block(monkeypatch):
+    import contrast_audit.overlap as overlap
+    from contrast_audit.embed import dequantise, quantise
+
+    monkeypatch.setattr(overlap, "SIM_BLOCK", 5)
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(4, 16)).astype(np.float32)
+    b = np.concatenate([a + 0.05, rng.normal(size=(12, 16))]).astype(np.float32)
+    a, b = (
+        quantise(a / np.linalg.norm(a, axis=1, keepdims=True)),
+        quantise(b / np.linalg.norm(b, axis=1, keepdims=True)),
+    )
+    assert a.dtype == np.float16
+    stored = neighbours(a, b, 0.3)
+    scored = neighbours(dequantise(a), dequantise(b), 0.3)  # what a cold run computes from the same vectors
+    assert stored.height >= 4 and stored.equals(scored)
+
+
 def scan(*args: str):
     return CliRunner().invoke(app, ["scan", *args, "--no-embeddings", "-q"])
 
@@ -302,6 +320,8 @@ def test_embedding_overlaps_are_found_guarded_and_indexed(tmp_path):
     assert result.overlap_info["embeddings_computed"] == 4
     again = audit([str(new)], cfg).overlap_info
     assert again["embeddings_computed"] == 0 and again["embeddings_indexed"] == 4
+    rerun = by_role(audit([str(new)], cfg))  # warm: vectors read from the index score as they did cold
+    assert rerun["0", "anchor"]["evidence"] == found["0", "anchor"]["evidence"]
 
 
 def test_reference_tables_in_the_settings_file(tmp_path):
