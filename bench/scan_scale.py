@@ -52,8 +52,9 @@ def write_pairs(path: Path, n: int, seed: int = 0, distinct_positives: int = 0) 
             )
 
 
-def timed(cmd: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of one command."""
+def timed(cmd: list[str]) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user + system, which other load on the machine barely changes) and
+    peak RSS (MiB) of one command."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -61,7 +62,7 @@ def timed(cmd: list[str]) -> tuple[float, float]:
     code = os.waitstatus_to_exitcode(status)
     if code not in (0, 1):
         raise SystemExit(f"{' '.join(cmd)} exited {code}: {proc.stderr.read().decode() if proc.stderr else ''}")
-    return wall, usage.ru_maxrss / 1024
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def main() -> None:
@@ -79,8 +80,10 @@ def main() -> None:
         return
     exe = Path(sys.executable).with_name("contrast-audit")
     print(f"scan flags: {args.scan_args or '(defaults)'}")
-    print("| rows | distinct texts | batch size | candidates | findings | wall time (s) | peak RSS (MiB) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| rows | distinct texts | batch size | candidates | findings | wall time (s) | CPU time (s) | peak RSS (MiB) |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.rows:
             data = Path(tmp) / f"pairs_{n}.jsonl"
@@ -99,11 +102,11 @@ def main() -> None:
                 "-q",
                 *shlex.split(args.scan_args),
             ]
-            wall, rss = timed(cmd)
+            wall, cpu, rss = timed(cmd)
             counts = json.loads(out.read_text())["counts"]
             print(
                 f"| {n:,} | {counts['texts']:,} | {args.batch_size} | {counts['candidates']:,} | {counts['findings']:,} "
-                f"| {wall:.1f} | {rss:.0f} |",
+                f"| {wall:.1f} | {cpu:.1f} | {rss:.0f} |",
                 flush=True,
             )
 
