@@ -2,12 +2,32 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import polars as pl
+import pytest
+from typer.testing import CliRunner
 
 from contrast_audit.config import NormaliseConfig
 from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, Corpus, build_corpus
 from contrast_audit.evidence import Pairs
+
+# Tests about loading, plans and reports: lexical evidence only, no model.
+LEXICAL = ("--no-embeddings", "--no-minhash")
+RUNNER = CliRunner()
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run in ``tmp_path``: relative paths keep messages short and no stray contrast-audit.toml is picked up."""
+    monkeypatch.chdir(tmp_path)
+
+
+def row_json(i: int, **extra: object) -> str:
+    """One JSON Lines record: anchor "query i", positive "document i", and ``extra`` columns."""
+    return json.dumps({"anchor": f"query {i}", "positive": f"document {i}", **extra})
 
 
 def corpus_of(rows: list[tuple], groups: list[str | None] | None = None, cfg: NormaliseConfig | None = None) -> Corpus:

@@ -11,28 +11,15 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from typer.testing import CliRunner
+from support import LEXICAL, RUNNER, in_tmp, row_json
 
 from contrast_audit.cli import app
 
-# These tests are about loading, plans and reports: lexical evidence only, no model.
-LEXICAL = ("--no-embeddings", "--no-minhash")
-
-RUNNER = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Relative paths keep messages short and no stray contrast-audit.toml is picked up.
-    monkeypatch.chdir(tmp_path)
-
-
-def _row(i: int, **extra: object) -> str:
-    return json.dumps({"anchor": f"query {i}", "positive": f"document {i}", **extra})
+pytestmark = pytest.mark.usefixtures(in_tmp.__name__)
 
 
 def _rows(n: int) -> str:
-    return "".join(_row(i) + "\n" for i in range(n))
+    return "".join(row_json(i) + "\n" for i in range(n))
 
 
 def _parquet(frame: pl.DataFrame) -> bytes:
@@ -294,14 +281,14 @@ def test_bad_file_is_named(tmp_path: Path, case: str) -> None:
 
 def test_duplicate_ids_name_both_locations(tmp_path: Path) -> None:
     (tmp_path / "pairs.jsonl").write_text(
-        _row(0, id="a") + "\n" + _row(1, id="b") + "\n" + _row(2, id="a") + "\n", encoding="utf-8"
+        row_json(0, id="a") + "\n" + row_json(1, id="b") + "\n" + row_json(2, id="a") + "\n", encoding="utf-8"
     )
     _assert_usage_error(scan("pairs.jsonl", "--id", "id"), "pairs.jsonl:3:", "'a'", "pairs.jsonl:1")
 
 
 def test_duplicate_ids_across_files(tmp_path: Path) -> None:
-    (tmp_path / "a.jsonl").write_text(_row(0, id="x") + "\n" + _row(1, id="y") + "\n", encoding="utf-8")
-    (tmp_path / "b.jsonl").write_text(_row(2, id="z") + "\n" + _row(3, id="y") + "\n", encoding="utf-8")
+    (tmp_path / "a.jsonl").write_text(row_json(0, id="x") + "\n" + row_json(1, id="y") + "\n", encoding="utf-8")
+    (tmp_path / "b.jsonl").write_text(row_json(2, id="z") + "\n" + row_json(3, id="y") + "\n", encoding="utf-8")
     _assert_usage_error(scan("a.jsonl", "b.jsonl", "--id", "id"), "b.jsonl:2:", "'y'", "a.jsonl:2")
 
 
@@ -320,12 +307,12 @@ def test_directory_is_refused(tmp_path: Path) -> None:
 
 
 def test_bad_row_after_blank_lines_keeps_physical_line(tmp_path: Path) -> None:
-    (tmp_path / "pairs.jsonl").write_text("\n\n" + _row(0) + "\n\n\n" + "nope\n", encoding="utf-8")
+    (tmp_path / "pairs.jsonl").write_text("\n\n" + row_json(0) + "\n\n\n" + "nope\n", encoding="utf-8")
     _assert_usage_error(scan("pairs.jsonl"), "pairs.jsonl:6:")
 
 
 def test_null_after_blank_lines_and_crlf_keeps_physical_line(tmp_path: Path) -> None:
-    text = "\r\n" + _row(0) + "\r\n\r\n" + _row(1) + "\r\n" + '{"anchor": "x", "positive": null}\r\n'
+    text = "\r\n" + row_json(0) + "\r\n\r\n" + row_json(1) + "\r\n" + '{"anchor": "x", "positive": null}\r\n'
     (tmp_path / "pairs.jsonl").write_bytes(text.encode())
     _assert_usage_error(scan("pairs.jsonl"), "pairs.jsonl:5:", "null")
 
@@ -345,7 +332,7 @@ def test_second_file_error_names_second_file(tmp_path: Path) -> None:
 
 
 def _dupes(tmp_path: Path) -> None:
-    rows = [_row(i % 7, source=f"s{i % 3}") for i in range(40)]
+    rows = [row_json(i % 7, source=f"s{i % 3}") for i in range(40)]
     (tmp_path / "pairs.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
 
 

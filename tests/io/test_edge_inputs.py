@@ -8,24 +8,14 @@ import threading
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from support import LEXICAL, RUNNER, in_tmp, row_json
 
 from contrast_audit.cli import app
 from contrast_audit.config import ColumnMapping, NormaliseConfig
 from contrast_audit.errors import InputError
 from contrast_audit.io import load_rows, readers
 
-LEXICAL = ("--no-embeddings", "--no-minhash")
-RUNNER = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-
-
-def _row(i: int, **extra: object) -> str:
-    return json.dumps({"anchor": f"query {i}", "positive": f"document {i}", **extra})
+pytestmark = pytest.mark.usefixtures(in_tmp.__name__)
 
 
 def scan(*args: str, stdin: bytes | None = None):
@@ -48,19 +38,21 @@ def _usage(result, *needles: str) -> str:
     [(r"\ud800", 15), (r"\udfff", 15), (r"\ud83d\ud83d", 15), (r"\ude00\ud83d", 15), (r"\ud83d\ude00\ud800", 27)],
 )
 def test_lone_surrogate_is_located(tmp_path: Path, escape: str, column: int) -> None:
-    (tmp_path / "p.jsonl").write_text(_row(0) + "\n" + '{"anchor": "ab' + escape + '", "positive": "x"}\n')
+    (tmp_path / "p.jsonl").write_text(row_json(0) + "\n" + '{"anchor": "ab' + escape + '", "positive": "x"}\n')
     _usage(scan("p.jsonl"), "p.jsonl:2:", "surrogate", f"at character {column}")
 
 
 def test_valid_surrogate_pair_is_text(tmp_path: Path) -> None:
-    (tmp_path / "p.jsonl").write_text(_row(0) + "\n" + '{"anchor": "smile \\ud83d\\ude00", "positive": "x"}\n')
+    (tmp_path / "p.jsonl").write_text(row_json(0) + "\n" + '{"anchor": "smile \\ud83d\\ude00", "positive": "x"}\n')
     result = scan("p.jsonl")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["counts"]["rows"] == 2
 
 
 def test_lone_surrogate_row_is_skipped(tmp_path: Path) -> None:
-    (tmp_path / "p.jsonl").write_text(_row(0) + "\n" + '{"anchor": "\\ud800", "positive": "x"}\n' + _row(2) + "\n")
+    (tmp_path / "p.jsonl").write_text(
+        row_json(0) + "\n" + '{"anchor": "\\ud800", "positive": "x"}\n' + row_json(2) + "\n"
+    )
     result = scan("p.jsonl", "--on-bad-row", "skip")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
@@ -81,7 +73,7 @@ def test_lone_surrogate_in_a_json_array(tmp_path: Path) -> None:
 @pytest.mark.parametrize("column", ["positive", "extra"])
 def test_deeply_nested_json_is_an_input_error(tmp_path: Path, column: str) -> None:
     deep = "[" * 50_000 + "]" * 50_000
-    (tmp_path / "p.jsonl").write_text(_row(0) + "\n" + f'{{"anchor": "a", "positive": "b", "{column}": {deep}}}\n')
+    (tmp_path / "p.jsonl").write_text(row_json(0) + "\n" + f'{{"anchor": "a", "positive": "b", "{column}": {deep}}}\n')
     _usage(scan("p.jsonl"), "p.jsonl:2:", "too deeply")
 
 
@@ -93,7 +85,7 @@ def test_deeply_nested_json_array_file(tmp_path: Path) -> None:
 def test_moderately_nested_extra_column_is_kept(tmp_path: Path) -> None:
     nested = "[" * 300 + "1" + "]" * 300
     (tmp_path / "p.jsonl").write_text(
-        _row(
+        row_json(
             0,
         )
         + "\n"
@@ -106,7 +98,7 @@ def test_moderately_nested_extra_column_is_kept(tmp_path: Path) -> None:
 
 
 def test_cr_only_jsonl(tmp_path: Path) -> None:
-    (tmp_path / "p.jsonl").write_bytes((_row(0) + "\r" + _row(1) + "\r\r" + _row(2) + "\r").encode())
+    (tmp_path / "p.jsonl").write_bytes((row_json(0) + "\r" + row_json(1) + "\r\r" + row_json(2) + "\r").encode())
     loaded = load_rows(["p.jsonl"], ColumnMapping())
     assert loaded.rows.get_column("line").to_list() == [1, 2, 4]
 
@@ -118,7 +110,7 @@ def test_cr_only_csv(tmp_path: Path) -> None:
 
 
 def test_bare_cr_inside_a_jsonl_line_is_located(tmp_path: Path) -> None:
-    (tmp_path / "p.jsonl").write_bytes((_row(0) + "\r" + _row(1) + "\n" + _row(2) + "\n").encode())
+    (tmp_path / "p.jsonl").write_bytes((row_json(0) + "\r" + row_json(1) + "\n" + row_json(2) + "\n").encode())
     _usage(scan("p.jsonl"), "p.jsonl:1:", "carriage return")
 
 
@@ -163,7 +155,7 @@ def test_empty_list_item_after_normalisation(tmp_path: Path) -> None:
 
 
 def test_stdin_jsonl() -> None:
-    result = scan("-", stdin=(_row(0) + "\n" + _row(1) + "\n").encode())
+    result = scan("-", stdin=(row_json(0) + "\n" + row_json(1) + "\n").encode())
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["counts"]["rows"] == 2 and report["input"]["files"] == ["<stdin>"]
@@ -184,7 +176,7 @@ def test_stdin_format_is_sniffed(data: bytes, layout: str) -> None:
 
 
 def test_stdin_errors_are_located() -> None:
-    _usage(scan("-", stdin=(_row(0) + "\nnot json\n").encode()), "<stdin>:2:")
+    _usage(scan("-", stdin=(row_json(0) + "\nnot json\n").encode()), "<stdin>:2:")
 
 
 def test_stdin_empty_and_twice() -> None:
@@ -195,7 +187,7 @@ def test_stdin_empty_and_twice() -> None:
 def test_fifo_is_read(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe.jsonl"
     os.mkfifo(fifo)
-    writer = threading.Thread(target=lambda: fifo.write_text(_row(0) + "\n" + _row(1) + "\n"))
+    writer = threading.Thread(target=lambda: fifo.write_text(row_json(0) + "\n" + row_json(1) + "\n"))
     writer.start()
     result = scan(str(fifo))
     writer.join(5)
@@ -215,7 +207,7 @@ def test_fifo_without_writer_is_refused(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_same_file_twice_is_a_warning(tmp_path: Path) -> None:
-    (tmp_path / "p.jsonl").write_text(_row(0) + "\n" + _row(1) + "\n")
+    (tmp_path / "p.jsonl").write_text(row_json(0) + "\n" + row_json(1) + "\n")
     os.link(tmp_path / "p.jsonl", tmp_path / "hard.jsonl")
     loaded = load_rows(["p.jsonl", "p.jsonl", "hard.jsonl"], ColumnMapping())
     assert len(loaded.warnings) == 2

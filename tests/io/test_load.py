@@ -8,25 +8,13 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from typer.testing import CliRunner
+from support import LEXICAL, RUNNER, in_tmp, row_json
 
 from contrast_audit.config import ColumnMapping
 from contrast_audit.errors import InputError
 from contrast_audit.io import load_rows
 
-# These tests are about loading, plans and reports: lexical evidence only, no model.
-LEXICAL = ("--no-embeddings", "--no-minhash")
-
-RUNNER = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-
-
-def _row(i: int, **extra: object) -> str:
-    return json.dumps({"anchor": f"query {i}", "positive": f"document {i}", **extra})
+pytestmark = pytest.mark.usefixtures(in_tmp.__name__)
 
 
 def scan_json(*args: str, code: int = 0) -> dict:
@@ -42,7 +30,7 @@ def scan_json(*args: str, code: int = 0) -> dict:
 
 
 def test_jsonl_with_bom_crlf_and_blank_lines(tmp_path: Path) -> None:
-    text = "\ufeff" + _row(0) + "\r\n\r\n" + _row(1) + "\r\n   \r\n" + _row(2) + "\r\n\r\n"
+    text = "\ufeff" + row_json(0) + "\r\n\r\n" + row_json(1) + "\r\n   \r\n" + row_json(2) + "\r\n\r\n"
     (tmp_path / "pairs.jsonl").write_bytes(text.encode("utf-8"))
     report = scan_json("pairs.jsonl")
     assert report["counts"]["rows"] == 3
@@ -59,7 +47,7 @@ def test_csv_with_bom_crlf_and_blank_lines(tmp_path: Path) -> None:
 
 def test_tsv_and_ndjson_extensions(tmp_path: Path) -> None:
     (tmp_path / "pairs.tsv").write_text("anchor\tpositive\na, with comma\tb\nc\td\n", encoding="utf-8")
-    (tmp_path / "more.ndjson").write_text(_row(5) + "\n", encoding="utf-8")
+    (tmp_path / "more.ndjson").write_text(row_json(5) + "\n", encoding="utf-8")
     report = scan_json("pairs.tsv", "more.ndjson")
     assert report["counts"]["rows"] == 3
     assert report["input"]["files"] == ["pairs.tsv", "more.ndjson"]
@@ -67,13 +55,13 @@ def test_tsv_and_ndjson_extensions(tmp_path: Path) -> None:
 
 def test_crlf_text_keeps_no_carriage_return(tmp_path: Path) -> None:
     (tmp_path / "pairs.csv").write_bytes(b"anchor,positive\r\na,b\r\n")
-    (tmp_path / "pairs.jsonl").write_bytes((_row(0) + "\r\n").encode())
+    (tmp_path / "pairs.jsonl").write_bytes((row_json(0) + "\r\n").encode())
     loaded = load_rows(["pairs.csv", "pairs.jsonl"], ColumnMapping())
     assert loaded.rows.get_column("positive").to_list() == ["b", "document 0"]
 
 
 def test_physical_lines_recorded(tmp_path: Path) -> None:
-    (tmp_path / "pairs.jsonl").write_text("\n" + _row(0) + "\n\n" + _row(1) + "\n", encoding="utf-8")
+    (tmp_path / "pairs.jsonl").write_text("\n" + row_json(0) + "\n\n" + row_json(1) + "\n", encoding="utf-8")
     (tmp_path / "pairs.csv").write_text("\nanchor,positive\n\na,b\n", encoding="utf-8")
     loaded = load_rows(["pairs.jsonl", "pairs.csv"], ColumnMapping())
     assert loaded.rows.get_column("line").to_list() == [2, 4, 4]
@@ -82,8 +70,8 @@ def test_physical_lines_recorded(tmp_path: Path) -> None:
 
 def test_glob_in_sorted_order(tmp_path: Path) -> None:
     (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "b.jsonl").write_text(_row(1) + "\n", encoding="utf-8")
-    (tmp_path / "data" / "a.jsonl").write_text(_row(0) + "\n", encoding="utf-8")
+    (tmp_path / "data" / "b.jsonl").write_text(row_json(1) + "\n", encoding="utf-8")
+    (tmp_path / "data" / "a.jsonl").write_text(row_json(0) + "\n", encoding="utf-8")
     report = scan_json("data/*.jsonl")
     assert report["input"]["files"] == ["data/a.jsonl", "data/b.jsonl"]
     assert report["counts"]["rows"] == 2
@@ -94,16 +82,16 @@ def test_glob_in_sorted_order(tmp_path: Path) -> None:
 
 def test_skip_lists_every_bad_jsonl_row(tmp_path: Path) -> None:
     lines = [
-        _row(0),
+        row_json(0),
         "not json",
-        _row(2),
+        row_json(2),
         '{"anchor": "x", "positive": null}',
         "",
-        _row(4),
+        row_json(4),
         '{"anchor": 3, "positive": "y"}',
         "[1, 2]",
         '{"anchor": "   ", "positive": "y"}',
-        _row(6),
+        row_json(6),
     ]
     (tmp_path / "pairs.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     report = scan_json("pairs.jsonl", "--on-bad-row", "skip")
@@ -129,7 +117,7 @@ def test_skip_lists_bad_csv_rows(tmp_path: Path) -> None:
 
 
 def test_skip_late_non_string_keeps_the_other_rows(tmp_path: Path) -> None:
-    lines = [_row(i) for i in range(499)] + ['{"anchor": ["x"], "positive": "y"}', _row(500)]
+    lines = [row_json(i) for i in range(499)] + ['{"anchor": ["x"], "positive": "y"}', row_json(500)]
     (tmp_path / "pairs.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     report = scan_json("pairs.jsonl", "--on-bad-row", "skip", "--batch-size", "64")
     assert [s["location"] for s in report["input"]["skipped"]] == ["pairs.jsonl:500"]
@@ -137,7 +125,7 @@ def test_skip_late_non_string_keeps_the_other_rows(tmp_path: Path) -> None:
 
 
 def test_skip_duplicate_ids_keeps_the_first(tmp_path: Path) -> None:
-    rows = [_row(0, id="a"), _row(1, id="b"), _row(2, id="a"), _row(3, id="c")]
+    rows = [row_json(0, id="a"), row_json(1, id="b"), row_json(2, id="a"), row_json(3, id="c")]
     (tmp_path / "pairs.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
     loaded = load_rows(["pairs.jsonl"], ColumnMapping(id="id"), "skip")
     assert loaded.rows.get_column("id").to_list() == ["a", "b", "c"]
@@ -153,7 +141,7 @@ def test_skip_parquet_rows_are_located_by_row(tmp_path: Path) -> None:
 
 def test_default_ids_do_not_depend_on_which_rows_were_skipped(tmp_path: Path) -> None:
     # Row numbers are stable: a skipped row keeps its number, whatever made it bad.
-    lines = [_row(0), "not json", _row(2), '{"anchor": "x", "positive": null}', _row(4)]
+    lines = [row_json(0), "not json", row_json(2), '{"anchor": "x", "positive": null}', row_json(4)]
     (tmp_path / "pairs.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     loaded = load_rows(["pairs.jsonl"], ColumnMapping(), "skip")
     assert loaded.rows.get_column("id").to_list() == ["0", "2", "4"]
@@ -327,7 +315,7 @@ def test_csv_ids_count_skipped_rows(tmp_path: Path) -> None:
 
 
 def test_ids_continue_across_files_after_skipped_rows(tmp_path: Path) -> None:
-    (tmp_path / "a.jsonl").write_text(_row(0) + "\n{bad\n" + _row(2) + "\n", encoding="utf-8")
-    (tmp_path / "b.jsonl").write_text(_row(3) + "\n", encoding="utf-8")
+    (tmp_path / "a.jsonl").write_text(row_json(0) + "\n{bad\n" + row_json(2) + "\n", encoding="utf-8")
+    (tmp_path / "b.jsonl").write_text(row_json(3) + "\n", encoding="utf-8")
     loaded = load_rows(["a.jsonl", "b.jsonl"], ColumnMapping(), "skip")
     assert loaded.rows.get_column("id").to_list() == ["0", "2", "3"]
