@@ -40,6 +40,7 @@ Results for each run are kept in ``--work`` so an interrupted benchmark resumes.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import platform
@@ -289,7 +290,9 @@ def fn_stats(
 
     ``masks`` (a manifest's masked triples per batch): a false negative stays a negative unless masked.
     """
-    anchors = total = left = cands = masked = 0
+    anchors = total = left = cands = masked = big = 0
+    per_query = collections.Counter(r["query"] for r in meta["rows"])
+    largest = {q for q, _ in per_query.most_common(10)}
     d_emb = np.load(meta["_work"] + "/doc_emb.npy") if gist else None
     q_emb = np.load(meta["_work"] + "/query_emb.npy") if gist else None
     doc_pos = {d: i for i, d in enumerate(meta["doc_ids"])}
@@ -298,6 +301,7 @@ def fn_stats(
         rows = [meta["rows"][i] for i in batch]
         fn = false_negatives(meta, batch)
         anchors += len(batch)
+        big += sum(r["query"] in largest for r in rows)
         cands += len(batch) * (2 * len(batch) - 1)
         total += len(fn)
         if masks is not None:
@@ -323,6 +327,8 @@ def fn_stats(
         "fn_rate": total / cands,
         "left_per_anchor": left / anchors,
         "mean_batch": anchors / max(1, len(batches[:steps])),
+        "rows_trained": anchors,
+        "largest_share": big / max(1, anchors),
     }
 
 
@@ -393,15 +399,16 @@ def run_one(setting: str, seed: int, meta: dict, work: Path, args) -> dict:
 
 def table(results: list[dict], stats: dict, baseline: dict | None) -> str:
     head = (
-        "| setting | mean batch | FN per anchor in batch | FN share of candidates | FN left as negatives | masked or marked per anchor | "
+        "| setting | mean batch | rows trained | rows of the 10 largest queries | FN per anchor in batch | "
+        "FN share of candidates | FN left as negatives | masked or marked per anchor | "
         "nDCG@10 | MRR@10 | Recall@10 | Recall@1 | train s/run |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     out = []
     if baseline:
         m = baseline["metrics"]
         out.append(
-            f"| start model (no training) | – | – | – | – | – | {m['ndcg@10']:.4f} | {m['mrr@10']:.4f} | "
+            f"| start model (no training) | – | – | – | – | – | – | – | {m['ndcg@10']:.4f} | {m['mrr@10']:.4f} | "
             f"{m['recall@10']:.4f} | {m['recall@1']:.4f} | – |"
         )
     for setting in SETTINGS:
@@ -414,7 +421,9 @@ def table(results: list[dict], stats: dict, baseline: dict | None) -> str:
         rate = statistics.mean(stats[k]["fn_rate"] for k in keys)
         size = statistics.mean(stats[k]["mean_batch"] for k in keys)
         masked = statistics.mean(stats[k]["masked_per_anchor"] for k in keys)
-        plan = f"{size:.1f} | {fn:.2f} | {rate:.1%} | {left:.2f} | {masked:.2f}"
+        seen = statistics.mean(stats[k]["rows_trained"] for k in keys)
+        share = statistics.mean(stats[k]["largest_share"] for k in keys)
+        plan = f"{size:.1f} | {seen:,.0f} | {share:.1%} | {fn:.2f} | {rate:.1%} | {left:.2f} | {masked:.2f}"
         if not runs:
             out.append(f"| {setting} (not run) | {plan} | – | – | – | – | – |")
             continue
