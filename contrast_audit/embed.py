@@ -241,12 +241,49 @@ class EmbeddingCache(ShardCache):
         super().__init__(root / CACHE_LAYOUT / f"{fingerprint[:16]}-{prompt_id}", validate=_vectors_ok)
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """(found mask, stored vectors for found keys in order) — vectors is None when nothing is cached."""
-        stored = self.read(("keys", "vectors"))
-        if stored is None:
-            return np.zeros(keys.shape[0], dtype=bool), None
-        found, index = find_keys(stored["keys"], keys)
-        return found, stored["vectors"][index]
+        """(found mask, stored vectors for found keys in order) — vectors is None when nothing is cached.
+
+        Only the keys of every shard are read (16 bytes a text); vectors are read from the shards
+        that hold a wanted key, so vectors cached for other data cost nothing. Where the shards
+        holding wanted keys differ in width, the width most of those keys have wins and the other
+        shards are removed as damaged."""
+        paths = self.paths()
+        stored, shard, row = [], [], []
+        for number, path in enumerate(paths):
+            part = self.load(path, ("keys",))
+            if part is None or part["keys"].dtype != np.dtype("S16") or part["keys"].ndim != 1:
+                continue
+            stored.append(part["keys"])
+            shard.append(np.full(part["keys"].shape[0], number, dtype=np.int64))
+            row.append(np.arange(part["keys"].shape[0], dtype=np.int64))
+        found = np.zeros(keys.shape[0], dtype=bool)
+        if not stored:
+            return found, None
+        hit, index = find_keys(np.concatenate(stored), keys)
+        slots = np.flatnonzero(hit)
+        hit_shard, hit_row = np.concatenate(shard)[index], np.concatenate(row)[index]
+        parts: dict[int, np.ndarray] = {}
+        for number in np.unique(hit_shard).tolist():
+            part = self.load(paths[number], ("keys", "vectors"))
+            if part is not None:
+                parts[number] = part["vectors"]
+        widths: dict[int, int] = {}
+        for number, vectors in parts.items():
+            widths[vectors.shape[1]] = widths.get(vectors.shape[1], 0) + int((hit_shard == number).sum())
+        if not widths:
+            return found, None
+        usual = max(widths, key=lambda w: widths[w])
+        out = np.empty((slots.shape[0], usual), dtype=VECTOR_DTYPE)
+        kept = np.zeros(slots.shape[0], dtype=bool)
+        for number, vectors in parts.items():
+            if vectors.shape[1] != usual:
+                self._damaged(paths[number], "arrays shaped unlike the other shards'")
+                continue
+            sel = hit_shard == number
+            out[sel] = vectors[hit_row[sel]]
+            kept |= sel
+        found[slots[kept]] = True
+        return found, out[kept]
 
     def store(self, keys: np.ndarray, vectors: np.ndarray) -> None:
         self.write(keys, vectors=quantise(vectors))

@@ -261,6 +261,21 @@ def test_an_interrupted_run_resumes_where_it_stopped(tmp_path: Path, monkeypatch
 def test_a_shard_of_another_width_is_refused(cache: EmbeddingCache) -> None:
     cache.store(_keys(3), _vectors(3))
     cache.write(_keys(2, 10), vectors=np.zeros((2, 5), np.float16))
-    found, vectors = cache.lookup(_keys(3))
-    assert found.all() and vectors is not None and vectors.shape == (3, 8)
+    found, vectors = cache.lookup(np.concatenate([_keys(3), _keys(2, 10)]))
+    assert found.tolist() == [True, True, True, False, False]
+    assert vectors is not None and vectors.shape == (3, 8)
     assert len(cache.problems) == 1 and "unlike the other shards" in cache.problems[0]
+
+
+def test_lookup_reads_vectors_only_from_shards_holding_a_wanted_key(
+    cache: EmbeddingCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache.store(_keys(3), _vectors(3))
+    cache.store(_keys(4, 100), _vectors(4, 100))  # vectors of some other data set
+    read: list[tuple[str, ...]] = []
+    real_load = cache.load
+    monkeypatch.setattr(cache, "load", lambda path, fields: read.append(fields) or real_load(path, fields))
+    found, vectors = cache.lookup(_keys(2, 1))
+    assert found.all() and vectors is not None
+    np.testing.assert_array_equal(vectors, embed.quantise(_vectors(3))[1:3])
+    assert sorted(read) == [("keys",), ("keys",), ("keys", "vectors")]
