@@ -11,12 +11,13 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from contrast_audit import __version__
+from contrast_audit import __version__, resources
 from contrast_audit.baseline import Baseline, read_baseline
 from contrast_audit.config import AuditConfig, PlanConfig
 from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, Corpus, build_corpus, role_name
 from contrast_audit.evidence import REGISTRY, SEVERITIES, Detector, default_detectors
 from contrast_audit.io import LoadResult, load_rows
+from contrast_audit.io.load import expand_paths
 from contrast_audit.judge import Judgement, candidate_counts, judge
 from contrast_audit.overlap import (
     distinct_targets,
@@ -363,12 +364,39 @@ def prepare(
     ``extend_rows`` may add rows before the corpus is built (``--with-existing``); ``before_evidence`` runs on
     the loaded rows, so a bad plan or manifest fails before any embedding."""
     cfg = config or AuditConfig()
+    limit = resources.parse_size(cfg.max_memory)
+    files = expand_paths(list(paths))
+    where = str(files[0]) if len(files) == 1 else f"{files[0]} (+{len(files) - 1} more files)"
+    n_bytes = resources.input_bytes(files)
+    resources.check_memory(
+        resources.load_estimate(n_bytes),
+        limit,
+        f"reading {resources.human(n_bytes)} of input",
+        where,
+        lambda share: (
+            f"audit the data in parts of at most {resources.human(int(n_bytes * share))} "
+            "(split -C SIZE FILE part- keeps lines whole)"
+        ),
+    )
     with _stage(progress, "Loading files"):
         loaded = load_rows(list(paths), cfg.mapping, cfg.on_bad_row, cfg.normalise)
         if extend_rows is not None:
             loaded = extend_rows(loaded)
     with _stage(progress, "Normalising texts"):
         corpus = build_corpus(loaded.rows, cfg.normalise)
+    emb = cfg.embedding
+    spaces = (1 if emb.query_prompt == emb.doc_prompt else 2) if emb.enabled else 0
+    text_bytes = int(corpus.texts.select(pl.col("text").str.len_bytes().sum()).item() or 0)
+    resources.check_memory(
+        resources.audit_estimate(corpus.n_texts, text_bytes, spaces),
+        limit,
+        f"auditing {corpus.n_rows:,} rows ({corpus.n_texts:,} distinct texts" + (", embedded)" if spaces else ")"),
+        where,
+        lambda share: (
+            f"audit the data in parts of at most {resources.round_down(corpus.n_rows * share):,} rows "
+            "(split -l ROWS FILE part-)" + (", or without embedding evidence (--no-embeddings)" if spaces else "")
+        ),
+    )
     if before_evidence is not None:
         before_evidence(loaded)
     active = list(detectors) if detectors is not None else default_detectors(cfg, progress)

@@ -317,6 +317,14 @@ OnBad = Annotated[
     OnBadRow | None,
     _opt("What to do with a malformed row: stop with an error, or skip it and report it.  \\[default: error]", "Input"),
 ]
+MaxMemory = Annotated[
+    str | None,
+    _opt(
+        "Refuse input that would need more memory than this, before the costly stages: auto (what the machine "
+        "or container has available), off, or a size such as 16G.  \\[default: auto]",
+        "Input",
+    ),
+]
 ConfigFile = Annotated[
     Path | None,
     _opt("Settings file (default: ./contrast-audit.toml or \\[tool.contrast-audit] in ./pyproject.toml).", "Input"),
@@ -430,6 +438,7 @@ AUDIT_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("calibration_floor", CalibrationFloor),
     ("pair_threshold", PairThreshold),
     ("on_bad_row", OnBad),
+    ("max_memory", MaxMemory),
 )
 _SETTING_NAMES = {"negative": "negatives", "id_column": "id"}  # flag parameter → settings key
 

@@ -247,10 +247,15 @@ class AuditConfig:
     on_bad_row: str = "error"
     reference: ReferenceConfig = field(default_factory=ReferenceConfig)
     baseline: str | None = None
+    max_memory: str = "auto"  # refuse input that would need more (contrast_audit.resources)
 
     def __post_init__(self) -> None:
         if self.on_bad_row not in ON_BAD_ROW:
             raise ConfigError(f"on_bad_row must be error or skip, got {self.on_bad_row!r}")
+        if str(self.max_memory).strip().lower() not in ("auto", "off"):
+            from contrast_audit.resources import parse_size
+
+            parse_size(self.max_memory)  # a bad size fails here, before any file is read
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -283,6 +288,7 @@ _FILE_KEYS: dict[str, tuple[str | None, str]] = {
     "plan": ("plan", "plan_file"),
     "directions": ("loss", "directions"),
     "on_bad_row": (None, "on_bad_row"),
+    "max_memory": (None, "max_memory"),
     "fail_on": (None, "fail_on"),
     "format": (None, "format"),
     "strategy": (None, "strategy"),
@@ -348,6 +354,7 @@ SETTING_RULES: dict[str, tuple[str, float | None, float | None, bool]] = {
             "sampler",
             "plan",
             "on_bad_row",
+            "max_memory",
             "format",
             "strategy",
             "mask_severity",
@@ -536,7 +543,7 @@ def build_config(settings: dict[str, Any]) -> AuditConfig:
             continue
         value = check_setting(name, value, f"--{name.replace('_', '-')}")
         section, attr = _FILE_KEYS[name]
-        if section is None and attr not in ("on_bad_row", "baseline"):
+        if section is None and attr not in ("on_bad_row", "baseline", "max_memory"):
             continue
         if attr in ("negatives", "directions", "against", "eval"):
             value = tuple([value] if isinstance(value, str) else value)
@@ -558,6 +565,11 @@ def build_config(settings: dict[str, Any]) -> AuditConfig:
             for name in ("mapping", "normalise", "link", "plan", "loss", "minhash", "embedding", "policy", "reference")
         }
         top = sections.get(None, {})
-        return AuditConfig(**parts, on_bad_row=top.get("on_bad_row", "error"), baseline=top.get("baseline"))
+        return AuditConfig(
+            **parts,
+            on_bad_row=top.get("on_bad_row", "error"),
+            baseline=top.get("baseline"),
+            max_memory=top.get("max_memory", "auto"),
+        )
     except TypeError as exc:
         raise ConfigError(f"invalid setting: {exc}") from exc

@@ -28,6 +28,10 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
             "cohort": ("Column naming each row's cohort, for breakdowns.", "cohort"),
             "group": ("Column whose equal values declare rows mutual positives.", "group"),
             "on_bad_row": ("A malformed row: error stops the scan, skip skips and reports it.", None),
+            "max_memory": (
+                "Refuse input needing more memory than this before the costly stages: auto, off or a size (16G).",
+                None,
+            ),
         },
     ),
     (
@@ -180,6 +184,7 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
 
 _TOP_LEVEL_DEFAULTS = {
     "on_bad_row": "error",
+    "max_memory": "auto",
     "format": "text",
     "fail_on": None,
     "strategy": "mask",

@@ -1,0 +1,123 @@
+"""Memory: what an audit will need, what the machine has, and a refusal before the costly stages.
+
+An audit holds its rows, their distinct texts and, per text, MinHash band keys, normal forms and (with
+embeddings) vectors; its peak grows with the distinct texts. The estimates below are fitted to the
+measurements in docs/benchmarks.md (the synthetic 1,000,000-row file of ``bench/scan_scale.py``:
+193 MB of JSON Lines, 2,970,528 distinct texts, 1.6 GB after loading and normalising, 2.7 GB peak with
+lexical evidence) and err on the high side. ``--max-memory`` (default ``auto``: what the machine, or
+the container's memory limit, has available when the audit starts) is checked twice: against the
+input's size before it is read, and against the distinct texts once they are known, before any
+evidence is computed. A refusal is exit 2 and names the flag; ``--max-memory off`` turns the check off.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from contrast_audit.errors import ConfigError, InputError
+
+LOAD_BYTES_PER_INPUT_BYTE = 9  # loading and normalising: 1.6 GB for 193 MB of JSON Lines (8.2x)
+BASE_BYTES = 256 << 20  # the interpreter, polars, numpy and the package
+BYTES_PER_TEXT = 1000  # a distinct text's frames, keys and band keys (2.7 GB / 2.97M texts, lexical)
+BYTES_PER_TEXT_BYTE = 4  # its raw, normal and shingled forms, for long texts
+BYTES_PER_VECTOR_FLOAT = 6  # each embedding space holds float32 vectors and their float16 cache form
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str, where: str = "--max-memory") -> int | None:
+    """Bytes of ``16G`` / ``500MiB`` / ``2.5g`` / ``1000000`` (powers of 1024); None for ``off``;
+    ``auto`` is the memory available now."""
+    value = str(text).strip().lower()
+    if value == "off":
+        return None
+    if value == "auto":
+        return available_memory()
+    match = _SIZE.match(value)
+    if not match or float(match.group(1)) <= 0:
+        raise ConfigError(
+            f"{where} must be auto, off or a size such as 16G or 500M, got {text!r}",
+            fix="pass e.g. --max-memory 16G (units K, M, G, T; powers of 1024)",
+        )
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def available_memory() -> int | None:
+    """Bytes this process can still use: MemAvailable, lowered to what a cgroup limit leaves; None
+    where neither can be read (not Linux)."""
+    found: list[int] = []
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    for limit_file, usage_file in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+    ):
+        try:
+            limit = Path(limit_file).read_text().strip()
+            usage = int(Path(usage_file).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if limit.isdigit() and int(limit) < 1 << 60:  # "max", or v1's huge "no limit" value
+            found.append(max(int(limit) - usage, 0))
+        break
+    return min(found) if found else None
+
+
+def input_bytes(paths: list[Path]) -> int:
+    """Total size of the input files (stdin and unreadable entries count 0)."""
+    total = 0
+    for path in paths:
+        try:
+            total += os.stat(path).st_size if path.is_file() else 0
+        except OSError:
+            pass
+    return total
+
+
+def load_estimate(n_bytes: int) -> int:
+    """Bytes needed to load and normalise ``n_bytes`` of input."""
+    return BASE_BYTES + LOAD_BYTES_PER_INPUT_BYTE * n_bytes
+
+
+def audit_estimate(n_texts: int, text_bytes: int, vector_spaces: int, dim: int = 384) -> int:
+    """Bytes an audit of ``n_texts`` distinct texts (``text_bytes`` of them in all) needs at its peak,
+    with ``vector_spaces`` embedding matrices (0 without embeddings, 2 when the query and document
+    prompts differ)."""
+    vectors = vector_spaces * n_texts * dim * BYTES_PER_VECTOR_FLOAT
+    return BASE_BYTES + BYTES_PER_TEXT * n_texts + BYTES_PER_TEXT_BYTE * text_bytes + vectors
+
+
+def human(n: int) -> str:
+    """``n`` bytes in KiB, MiB or GiB (one decimal)."""
+    if n < 1 << 20:
+        return f"{n / (1 << 10):,.0f} KiB"
+    return f"{n / (1 << 20):,.0f} MiB" if n < 1 << 30 else f"{n / (1 << 30):,.1f} GiB"
+
+
+def round_down(n: float) -> int:
+    """``n`` rounded down to two significant digits (at least 1)."""
+    n = max(int(n), 1)
+    step = 10 ** max(len(str(n)) - 2, 0)
+    return n // step * step
+
+
+def check_memory(needed: int, limit: int | None, what: str, path: str, fix: Callable[[float], str]) -> None:
+    """Refuse (exit 2) when ``needed`` exceeds ``limit``; nothing when there is no limit. ``fix`` gets
+    the share of the input that would fit and says how to split it."""
+    if limit is None or needed <= limit:
+        return
+    share = (limit - BASE_BYTES) / max(needed - BASE_BYTES, 1)
+    advice = fix(share) if share > 0 else f"the limit is below what a scan needs to start ({human(BASE_BYTES)})"
+    raise InputError(
+        path,
+        f"{what} needs about {human(needed)} of memory and {human(limit)} is available (--max-memory)",
+        fix=f"{advice}, or pass --max-memory off to try anyway (or a size, e.g. --max-memory 64G)",
+    )

@@ -1,0 +1,93 @@
+"""--max-memory: sizes, the machine's available memory, and the refusal before the costly stages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support import LEXICAL, RUNNER, in_tmp, row_json
+
+from contrast_audit import resources
+from contrast_audit.api import audit
+from contrast_audit.cli import app
+from contrast_audit.config import AuditConfig, build_config
+from contrast_audit.errors import ConfigError, InputError
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("16G", 16 << 30), ("500M", 500 << 20), ("500MiB", 500 << 20), ("2.5g", int(2.5 * (1 << 30))), ("1024", 1024)],
+)
+def test_sizes_are_parsed_in_powers_of_1024(text: str, expected: int) -> None:
+    assert resources.parse_size(text) == expected
+
+
+def test_off_is_no_limit_and_auto_is_what_the_machine_has() -> None:
+    assert resources.parse_size("off") is None
+    available = resources.available_memory()
+    assert available is not None and available > 0  # Linux: /proc/meminfo, lowered by a cgroup limit
+    assert resources.parse_size("auto") == pytest.approx(available, rel=0.5)
+
+
+@pytest.mark.parametrize("text", ["lots", "-1G", "0", "16X", ""])
+def test_a_bad_size_is_a_config_error(text: str) -> None:
+    with pytest.raises(ConfigError, match="--max-memory must be auto, off or a size"):
+        resources.parse_size(text)
+    with pytest.raises(ConfigError):
+        AuditConfig(max_memory=text)
+
+
+def test_estimates_grow_with_texts_and_vectors() -> None:
+    lexical = resources.audit_estimate(1_000_000, 50_000_000, 0)
+    assert resources.audit_estimate(2_000_000, 50_000_000, 0) > lexical
+    assert resources.audit_estimate(1_000_000, 50_000_000, 2) > resources.audit_estimate(1_000_000, 50_000_000, 1)
+    # The measured 1M-row lexical scan (2.97M texts, 2.7 GB peak) is within the estimate, not far under it.
+    assert 2.7e9 <= resources.audit_estimate(2_970_528, 120_000_000, 0) <= 2 * 2.7e9
+
+
+def _data(tmp_path: Path, n: int = 40) -> Path:
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(row_json(i) + "\n" for i in range(n)))
+    return path
+
+
+def test_the_audit_refuses_before_reading_when_the_input_cannot_fit(tmp_path: Path) -> None:
+    data = _data(tmp_path)
+    cfg = build_config({"embeddings": False, "max_memory": "1M"})
+    with pytest.raises(InputError, match=r"pairs.jsonl: reading .* of input needs about .* --max-memory") as err:
+        audit([str(data)], cfg)
+    assert "--max-memory off" in err.value.fix and "below what a scan needs to start" in err.value.fix
+
+
+def test_the_audit_refuses_after_normalising_when_the_texts_cannot_fit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = _data(tmp_path)
+    monkeypatch.setattr(resources, "BYTES_PER_TEXT", 1 << 30)  # as if each text needed a GiB
+    stages: list[str] = []
+    monkeypatch.setattr("contrast_audit.api.default_detectors", lambda *a: stages.append("evidence") or [])
+    with pytest.raises(InputError, match=r"auditing 40 rows \(80 distinct texts\) needs about") as err:
+        audit([str(data)], build_config({"embeddings": False, "max_memory": "64G"}))
+    assert stages == []  # refused before any evidence was prepared
+    assert "parts of at most 31 rows (split -l ROWS FILE part-)" in err.value.fix  # 64 of 80 GiB: 31 of 40
+
+
+@pytest.mark.usefixtures(in_tmp.__name__)
+def test_cli_exit_2_names_the_flag_and_off_runs_anyway(tmp_path: Path) -> None:
+    _data(tmp_path)
+    refused = RUNNER.invoke(app, ["scan", "pairs.jsonl", *LEXICAL, "--max-memory", "1M", "-q"])
+    assert refused.exit_code == 2
+    assert "pairs.jsonl: reading" in refused.output and "--max-memory off" in refused.output
+    assert RUNNER.invoke(app, ["scan", "pairs.jsonl", *LEXICAL, "--max-memory", "off", "-q"]).exit_code == 0
+    bad = RUNNER.invoke(app, ["manifest", "pairs.jsonl", *LEXICAL, "--max-memory", "lots", "--out", "m.jsonl"])
+    assert bad.exit_code == 2 and "--max-memory must be" in bad.output
+
+
+@pytest.mark.usefixtures(in_tmp.__name__)
+def test_the_settings_file_key(tmp_path: Path) -> None:
+    _data(tmp_path)
+    (tmp_path / "contrast-audit.toml").write_text('max-memory = "1M"\n')
+    assert RUNNER.invoke(app, ["scan", "pairs.jsonl", *LEXICAL, "-q"]).exit_code == 2
+    (tmp_path / "contrast-audit.toml").write_text("max-memory = 5\n")
+    wrong_type = RUNNER.invoke(app, ["scan", "pairs.jsonl", *LEXICAL, "-q"])
+    assert wrong_type.exit_code == 2 and "max-memory" in wrong_type.output
