@@ -452,7 +452,7 @@ class Matcher:
         )
         a = pairs.get_column("new").to_numpy()
         b = pairs.get_column("target").to_numpy()
-        jac = nsig.jaccard(a, tsig, b)
+        jac = nsig.at_least(a, tsig, b, m.threshold)
         self.info["minhash_candidate_checks"] = self.info.get("minhash_candidate_checks", 0) + pairs.height
         return pairs.with_columns(pl.Series("s_minhash", jac)).filter(pl.col("s_minhash") >= m.threshold)
 

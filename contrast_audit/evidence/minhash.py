@@ -145,13 +145,7 @@ class Signatures:
         Raises ConfigError when the two were made with different settings (like datasketch
         refusing MinHashes with different seeds): their values are not comparable.
         """
-        if other.settings != self.settings:
-            mine, theirs = dict(self.settings), dict(other.settings)
-            diff = ", ".join(f"{k} {mine.get(k)!r} vs {theirs.get(k)!r}" for k in mine if mine.get(k) != theirs.get(k))
-            raise ConfigError(
-                f"cannot compare MinHash signatures made with different settings ({diff})",
-                fix="compute both with the same minhash settings",
-            )
+        self._comparable(other)
         rows = np.asarray(rows, dtype=np.int64)
         other_rows = np.asarray(other_rows, dtype=np.int64)
         out = np.zeros(rows.shape[0], dtype=np.float64)
@@ -162,6 +156,46 @@ class Signatures:
             out[lo : lo + a.shape[0]] = equal / num_perm
         out[self.empty[rows] | other.empty[other_rows]] = 0.0
         return out
+
+    def at_least(self, rows: np.ndarray, other: Signatures, other_rows: np.ndarray, threshold: float) -> np.ndarray:
+        """:meth:`jaccard` where it is at least ``threshold``, 0 elsewhere: the same values, computed with
+        an early exit. The first half of each pair's values is compared for every pair; the second half
+        only for pairs that could still reach the threshold if all of it were equal (most candidates of
+        an LSH stage are far below it)."""
+        self._comparable(other)
+        rows = np.asarray(rows, dtype=np.int64)
+        other_rows = np.asarray(other_rows, dtype=np.int64)
+        out = np.zeros(rows.shape[0], dtype=np.float64)
+        num_perm = self.values.shape[1]
+        half = num_perm // 2
+        need = min(int(np.ceil(threshold * num_perm)), num_perm)  # equal values a pair at the threshold has
+        while need > 0 and (need - 1) / num_perm >= threshold:
+            need -= 1
+        while need < num_perm and need / num_perm < threshold:
+            need += 1
+        for lo in range(0, rows.shape[0], _PAIRS_PER_BLOCK):
+            a, b = rows[lo : lo + _PAIRS_PER_BLOCK], other_rows[lo : lo + _PAIRS_PER_BLOCK]
+            first = np.count_nonzero(self.values[a, :half] == other.values[b, :half], axis=1)
+            alive = np.flatnonzero(first + (num_perm - half) >= need)
+            if alive.shape[0] == 0:
+                continue
+            rest = np.count_nonzero(self.values[a[alive], half:] == other.values[b[alive], half:], axis=1)
+            jac = (first[alive] + rest) / num_perm
+            ok = jac >= threshold
+            out[lo + alive[ok]] = jac[ok]
+        out[self.empty[rows] | other.empty[other_rows]] = 0.0
+        return out
+
+    def _comparable(self, other: Signatures) -> None:
+        """Raise ConfigError when the two were made with different settings (like datasketch refusing
+        MinHashes with different seeds): their values are not comparable."""
+        if other.settings != self.settings:
+            mine, theirs = dict(self.settings), dict(other.settings)
+            diff = ", ".join(f"{k} {mine.get(k)!r} vs {theirs.get(k)!r}" for k in mine if mine.get(k) != theirs.get(k))
+            raise ConfigError(
+                f"cannot compare MinHash signatures made with different settings ({diff})",
+                fix="compute both with the same minhash settings",
+            )
 
 
 def signatures(texts: pl.Series, *, num_perm: int, seed: int, shingle: str, ngram: int) -> Signatures:
@@ -350,7 +384,7 @@ class MinHashDetector:
                 )
                 jac = self._jaccard(pairs.get_column("tid_a").to_numpy(), pairs.get_column("tid_b").to_numpy())
                 checks += pairs.height
-                found.append(pairs.with_columns(pl.Series("jaccard", jac)).filter(pl.Series(jac >= self.threshold)))
+                found.append(pairs.with_columns(pl.Series("jaccard", jac)).filter(pl.Series(jac > 0)))
         schema = {"tid_a": pl.Int64, "tid_b": pl.Int64, "jaccard": pl.Float64}
         self.pairs = pl.concat([pl.DataFrame(schema=schema), *found]).unique(["tid_a", "tid_b"]).sort("tid_a", "tid_b")
         self.candidate_checks = checks
@@ -365,9 +399,10 @@ class MinHashDetector:
         self._paired[b] = True
 
     def _jaccard(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """Estimated Jaccard of texts ``x[i]`` and ``y[i]``, both signed (in a shared bucket)."""
+        """Estimated Jaccard of texts ``x[i]`` and ``y[i]`` where it reaches ``threshold``, 0 elsewhere;
+        both texts are signed (in a shared bucket)."""
         pos = self._position
-        return self.signatures.jaccard(pos[x], self.signatures, pos[y])
+        return self.signatures.at_least(pos[x], self.signatures, pos[y], self.threshold)
 
     def similar(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Verified Jaccard of texts ``x[i]`` and ``y[i]`` where they are LSH candidates (share a
@@ -400,9 +435,7 @@ class MinHashDetector:
         for lo in range(0, todo.shape[0], _PAIRS_PER_BLOCK):
             part = todo[lo : lo + _PAIRS_PER_BLOCK]
             part = part[(self.keys[x[part]] == self.keys[y[part]]).any(axis=1)]
-            jac = self._jaccard(x[part], y[part])  # sharing a key, both are in a bucket: signed
-            ok = jac >= self.threshold
-            out[part[ok]] = jac[ok]
+            out[part] = self._jaccard(x[part], y[part])  # sharing a key, both are in a bucket: signed
         return out
 
     def detect(self, pairs: Pairs) -> Hits:

@@ -225,9 +225,28 @@ def test_signatures_with_other_settings_are_refused():
     assert a.jaccard(rows, b, rows).tolist() == [1.0, 1.0]
     with pytest.raises(ConfigError, match=r"different settings \(seed 1 vs 2\)"):
         a.jaccard(rows, other, rows)
+    with pytest.raises(ConfigError, match=r"different settings \(seed 1 vs 2\)"):
+        a.at_least(rows, other, rows, 0.5)
     char = signatures(texts, num_perm=128, seed=1, shingle="char", ngram=3)
     with pytest.raises(ConfigError, match="shingle 'word' vs 'char'"):
         a.jaccard(rows, char, rows)
+
+
+@pytest.mark.parametrize("num_perm", [16, 17, 128])
+@pytest.mark.parametrize("threshold", [0.3, 0.5, 0.7, 0.71, 1.0])
+def test_the_early_exit_verification_equals_the_full_estimate_at_the_threshold(num_perm: int, threshold: float):
+    rng = np.random.default_rng(num_perm)
+    n = 3000
+    values = rng.integers(0, 4, size=(n, num_perm), dtype=np.uint32)  # pairs of every similarity
+    values[::7] = values[1::7][: values[::7].shape[0]]  # and some identical ones
+    empty = np.zeros(n, dtype=bool)
+    empty[5] = True
+    sig = mh.Signatures((("num_perm", num_perm),), values, empty)
+    a, b = rng.integers(0, n, 200_000), rng.integers(0, n, 200_000)
+    full = sig.jaccard(a, sig, b)
+    expected = np.where(full >= threshold, full, 0.0)
+    assert np.array_equal(sig.at_least(a, sig, b, threshold), expected)
+    assert (expected > 0).any() and (full < threshold).any()
 
 
 @pytest.mark.parametrize(
