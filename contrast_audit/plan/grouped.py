@@ -8,6 +8,7 @@ deterministic; every row appears exactly once per epoch (``drop_last`` drops the
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 import numpy as np
@@ -159,21 +160,31 @@ def together(relations: Relations, capacities: np.ndarray, rng: np.random.Genera
             pieces.append(order[lo : min(e, lo + cap)])
     pieces.sort(key=len, reverse=True)  # stable: equal sizes keep the random order
     assigned = np.full(n, -1, dtype=np.int64)
-    room = capacities.copy()
+    # Batches with room, as a heap of (-room, batch): its top is the batch with the most room, the
+    # first such batch on ties (what argmax over the rooms gives), found in O(log batches).
+    heap = [(-room, b) for b, room in enumerate(capacities.tolist()) if room > 0]
+    heapq.heapify(heap)
+
+    def take(b: int, left: int) -> None:
+        if left:
+            heapq.heapreplace(heap, (-left, b))
+        else:
+            heapq.heappop(heap)
+
     for piece in pieces:
-        if room.sum() == 0:
+        if not heap:
             break
-        b = int(np.argmax(room))
-        if room[b] >= piece.shape[0]:
+        room, b = -heap[0][0], heap[0][1]
+        if room >= piece.shape[0]:
             assigned[piece] = b
-            room[b] -= piece.shape[0]
+            take(b, room - piece.shape[0])
             continue
         for row in piece.tolist():  # no batch has room for the whole piece: spill it
-            b = int(np.argmax(room))
-            if room[b] == 0:
+            if not heap:
                 break
+            room, b = -heap[0][0], heap[0][1]
             assigned[row] = b
-            room[b] -= 1
+            take(b, room - 1)
     return _collect(assigned, capacities.shape[0], rng)
 
 
