@@ -46,29 +46,43 @@ def parse_size(text: str, where: str = "--max-memory") -> int | None:
     return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
-def available_memory() -> int | None:
-    """Bytes this process can still use: MemAvailable, lowered to what a cgroup limit leaves; None
-    where neither can be read (not Linux)."""
+def available_memory(root: Path = Path("/")) -> int | None:
+    """Bytes this process can still use: MemAvailable, lowered to what a cgroup limit leaves (the limit
+    less the group's usage without its inactive page cache, which the kernel reclaims first, as
+    container runtimes count their working set); None where neither can be read (not Linux).
+    ``root``: where ``/proc`` and ``/sys`` are (tests)."""
     found: list[int] = []
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
+        for line in (root / "proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
                 found.append(int(line.split()[1]) * 1024)
     except (OSError, ValueError, IndexError):
         pass
-    for limit_file, usage_file in (
-        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+    for base, limit_name, usage_name, cache_name in (
+        ("sys/fs/cgroup", "memory.max", "memory.current", "inactive_file"),
+        ("sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"),
     ):
         try:
-            limit = Path(limit_file).read_text().strip()
-            usage = int(Path(usage_file).read_text().strip())
+            limit = (root / base / limit_name).read_text().strip()
+            usage = int((root / base / usage_name).read_text().strip())
         except (OSError, ValueError):
             continue
         if limit.isdigit() and int(limit) < 1 << 60:  # "max", or v1's huge "no limit" value
-            found.append(max(int(limit) - usage, 0))
+            found.append(max(int(limit) - max(usage - _stat(root / base / "memory.stat", cache_name), 0), 0))
         break
     return min(found) if found else None
+
+
+def _stat(path: Path, key: str) -> int:
+    """One value of a cgroup ``memory.stat`` file (0 when absent)."""
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def input_bytes(paths: list[Path]) -> int:

@@ -29,6 +29,33 @@ def test_off_is_no_limit_and_auto_is_what_the_machine_has() -> None:
     assert resources.parse_size("auto") == pytest.approx(available, rel=0.5)
 
 
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_a_cgroup_limit_lowers_what_is_available_and_its_page_cache_does_not_count(tmp_path: Path) -> None:
+    gib = 1 << 30
+    meminfo = {"proc/meminfo": "MemTotal: 33554432 kB\nMemAvailable: 20971520 kB\n"}  # 20 GiB
+    assert resources.available_memory(_tree(tmp_path / "plain", meminfo)) == 20 * gib
+    v2 = {
+        **meminfo,
+        "sys/fs/cgroup/memory.max": f"{8 * gib}\n",
+        "sys/fs/cgroup/memory.current": f"{7 * gib}\n",
+        "sys/fs/cgroup/memory.stat": f"anon {gib}\ninactive_file {5 * gib}\nactive_file {gib}\n",
+    }
+    assert resources.available_memory(_tree(tmp_path / "v2", v2)) == 6 * gib  # 8 - (7 - 5)
+    v1 = {
+        **meminfo,
+        "sys/fs/cgroup/memory/memory.limit_in_bytes": "9223372036854771712\n",  # v1's "no limit"
+        "sys/fs/cgroup/memory/memory.usage_in_bytes": f"{3 * gib}\n",
+    }
+    assert resources.available_memory(_tree(tmp_path / "v1", v1)) == 20 * gib
+    assert resources.available_memory(tmp_path / "nothing") is None
+
+
 @pytest.mark.parametrize("text", ["lots", "-1G", "0", "16X", ""])
 def test_a_bad_size_is_a_config_error(text: str) -> None:
     with pytest.raises(ConfigError, match="--max-memory must be auto, off or a size"):
