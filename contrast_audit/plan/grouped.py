@@ -154,11 +154,15 @@ def together(relations: Relations, capacities: np.ndarray, rng: np.random.Genera
     starts = np.flatnonzero(np.r_[True, sorted_labels[1:] != sorted_labels[:-1]]) if n else np.zeros(0, np.int64)
     ends = np.r_[starts[1:], n]
     cap = int(capacities.max()) if capacities.shape[0] else 0
-    pieces: list[np.ndarray] = []
-    for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
-        for lo in range(s, e, cap):
-            pieces.append(order[lo : min(e, lo + cap)])
-    pieces.sort(key=len, reverse=True)  # stable: equal sizes keep the random order
+    # Pieces: each component cut every ``cap`` rows, as [lo, hi) ranges of ``order``, largest first
+    # (a stable sort: equal sizes keep the random order).
+    counts = -(-(ends - starts) // cap) if cap else np.zeros_like(starts)
+    within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+    lo = np.repeat(starts, counts) + within * cap
+    hi = np.minimum(lo + cap, np.repeat(ends, counts))
+    by_size = np.argsort(lo - hi, kind="stable")
+    lo, hi = lo[by_size], hi[by_size]
+    several = int(np.count_nonzero(hi - lo > 1))  # pieces of two rows or more; single rows follow
     assigned = np.full(n, -1, dtype=np.int64)
     # Batches with room, as a heap of (-room, batch): its top is the batch with the most room, the
     # first such batch on ties (what argmax over the rooms gives), found in O(log batches).
@@ -171,9 +175,10 @@ def together(relations: Relations, capacities: np.ndarray, rng: np.random.Genera
         else:
             heapq.heappop(heap)
 
-    for piece in pieces:
+    for start, stop in zip(lo[:several].tolist(), hi[:several].tolist(), strict=True):
         if not heap:
             break
+        piece = order[start:stop]
         room, b = -heap[0][0], heap[0][1]
         if room >= piece.shape[0]:
             assigned[piece] = b
@@ -185,6 +190,17 @@ def together(relations: Relations, capacities: np.ndarray, rng: np.random.Genera
             room, b = -heap[0][0], heap[0][1]
             assigned[row] = b
             take(b, room - 1)
+    if heap and several < lo.shape[0]:
+        # Single rows, each into the batch with the most room (the first on ties), all at once: that
+        # order visits, for each level of room from the highest down, every batch with at least that
+        # much room, in batch order.
+        rooms = np.array([-r for r, _ in heap], dtype=np.int64)
+        batch = np.array([b for _, b in heap], dtype=np.int64)
+        slot_batch = np.repeat(batch, rooms)
+        slot_level = np.arange(int(rooms.sum())) - np.repeat(np.cumsum(rooms) - rooms, rooms) + 1
+        picks = slot_batch[np.lexsort((slot_batch, -slot_level))]
+        rows = order[lo[several:]]
+        assigned[rows[: picks.shape[0]]] = picks[: rows.shape[0]]
     return _collect(assigned, capacities.shape[0], rng)
 
 
