@@ -379,7 +379,7 @@ def prepare(
         ),
     )
     with _stage(progress, "Loading files"):
-        loaded = load_rows(list(paths), cfg.mapping, cfg.on_bad_row, cfg.normalise)
+        loaded = load_rows([str(f) for f in files], cfg.mapping, cfg.on_bad_row, cfg.normalise)  # globbed once
         if extend_rows is not None:
             loaded = extend_rows(loaded)
     with _stage(progress, "Normalising texts"):

@@ -12,8 +12,8 @@ evidence is computed. A refusal is exit 2 and names the flag; ``--max-memory off
 
 from __future__ import annotations
 
-import os
 import re
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -90,9 +90,10 @@ def input_bytes(paths: list[Path]) -> int:
     total = 0
     for path in paths:
         try:
-            total += os.stat(path).st_size if path.is_file() else 0
+            info = path.stat()
         except OSError:
-            pass
+            continue
+        total += info.st_size if stat.S_ISREG(info.st_mode) else 0
     return total
 
 
@@ -110,7 +111,7 @@ def audit_estimate(n_texts: int, text_bytes: int, vector_spaces: int, dim: int =
 
 
 def human(n: int) -> str:
-    """``n`` bytes in KiB, MiB or GiB (one decimal)."""
+    """``n`` bytes in whole KiB or MiB, or in GiB with one decimal."""
     if n < 1 << 20:
         return f"{n / (1 << 10):,.0f} KiB"
     return f"{n / (1 << 20):,.0f} MiB" if n < 1 << 30 else f"{n / (1 << 30):,.1f} GiB"
