@@ -16,9 +16,10 @@ import polars as pl
 
 from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, Corpus
 from contrast_audit.evidence import SEVERITY_NAMES, Detector, Pairs
+from contrast_audit.evidence.blocks import BatchBlock, Slots
 from contrast_audit.plan import GlobalBatches
 
-PAIRS_PER_CHUNK = 2_000_000
+PAIRS_PER_CHUNK = 131072
 
 
 @dataclass
@@ -34,37 +35,29 @@ class Judgement:
 def batch_pairs(gb: GlobalBatches, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every ordered pair of distinct occurrences in global batches ``start..stop-1``:
     (batch index, anchor row, other row)."""
-    sizes = gb.sizes[start:stop]
-    lo, hi = gb.offsets[start], gb.offsets[stop]
-    rows = gb.rows[lo:hi]
-    local_offsets = gb.offsets[start:stop] - lo
-    occ_batch = np.repeat(np.arange(stop - start), sizes)
-    counts = sizes[occ_batch]
-    total = int(counts.sum())
-    i = np.repeat(np.arange(rows.shape[0]), counts)
-    block_start = np.repeat(local_offsets[occ_batch], counts)
-    within = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
-    j = block_start + within
-    keep = i != j
-    i, j = i[keep], j[keep]
-    return occ_batch[i] + start, rows[i], rows[j]
+    return BatchBlock(gb.rows, gb.offsets, start, stop).pairs()[:3]
 
 
 def direction_pairs(
-    corpus: Corpus, direction: str, batch: np.ndarray, anchor: np.ndarray, other: np.ndarray
+    corpus: Corpus,
+    direction: str,
+    batch: np.ndarray,
+    anchor: np.ndarray,
+    other: np.ndarray,
+    at: Slots | None = None,
 ) -> tuple[Pairs, np.ndarray]:
-    """The candidates of one direction for (anchor row, other row) pairs, and their batch ids."""
+    """The candidates of one direction for (anchor row, other row) pairs, and their batch ids; with
+    ``at`` (``BatchBlock.pairs``), each placed in its batch's similarity matrices."""
     if direction in ("query_to_query", "doc_to_query"):
-        pairs = Pairs(
-            direction, anchor, other, np.full(anchor.shape[0], ANCHOR_ROLE, dtype=np.int64), corpus.anchor[other]
-        )
-        return pairs, batch
+        roles = np.full(anchor.shape[0], ANCHOR_ROLE, dtype=np.int64)
+        return Pairs(direction, anchor, other, roles, corpus.anchor[other], at), batch
     # query_to_doc, doc_to_doc: other rows' positives and every hard negative of other rows.
     parts_anchor = [anchor]
     parts_other = [other]
     parts_role = [np.full(anchor.shape[0], POSITIVE_ROLE, dtype=np.int64)]
     parts_tid = [corpus.positive[other]]
     parts_batch = [batch]
+    parts_at = [at]
     for k in range(corpus.negatives.shape[1]):
         tid = corpus.negatives[other, k]
         has = tid >= 0
@@ -73,12 +66,14 @@ def direction_pairs(
         parts_role.append(np.full(int(has.sum()), k + 1, dtype=np.int64))
         parts_tid.append(tid[has])
         parts_batch.append(batch[has])
+        parts_at.append(None if at is None else at.take(has))
     pairs = Pairs(
         direction,
         np.concatenate(parts_anchor),
         np.concatenate(parts_other),
         np.concatenate(parts_role),
         np.concatenate(parts_tid),
+        None if at is None else Slots.concat(parts_at),
     )
     return pairs, np.concatenate(parts_batch)
 
@@ -136,14 +131,14 @@ def judge(
     """Compare every anchor with its comparison set in every global batch."""
     width = 1 + corpus.negatives.shape[1]
     per_row = np.zeros(corpus.n_rows, dtype=np.int64)
-    by_direction: dict[str, int] = {}
     frames: list[pl.DataFrame] = []
-    chunks = _chunks(batches, width)
-    for direction in directions:
-        by_direction[direction] = 0
-        for start, stop in chunks:
-            batch, anchor, other = batch_pairs(batches, start, stop)
-            pairs, pair_batch = direction_pairs(corpus, direction, batch, anchor, other)
+    by_direction = dict.fromkeys(directions, 0)
+    for start, stop in _chunks(batches, width):
+        # One block per run of batches, shared by the directions: a similarity matrix one direction
+        # computed (the anchors' paraphrases, say) serves the next.
+        batch, anchor, other, at = BatchBlock(batches.rows, batches.offsets, start, stop).pairs()
+        for direction in directions:
+            pairs, pair_batch = direction_pairs(corpus, direction, batch, anchor, other, at)
             by_direction[direction] += len(pairs)
             per_row += np.bincount(pairs.anchor_row, minlength=corpus.n_rows)
             found, severity, hits = evaluate(detectors, pairs)

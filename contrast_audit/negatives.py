@@ -16,8 +16,9 @@ from rich.table import Table
 
 from contrast_audit.api import AuditResult
 from contrast_audit.errors import ConfigError
+from contrast_audit.evidence.blocks import BatchBlock
 from contrast_audit.evidence.embedding import pair_scores
-from contrast_audit.judge import _chunks, batch_pairs, direction_pairs
+from contrast_audit.judge import _chunks, direction_pairs
 from contrast_audit.report.common import clip, evidence_text
 
 
@@ -50,10 +51,10 @@ def alleged_negatives(
     width = 1 + corpus.negatives.shape[1]
     keep_each = max(top, 1) if per_anchor == 0 else per_anchor
     parts: list[pl.DataFrame] = []
-    for direction in result.config.loss.directions:
-        for start, stop in _chunks(batches, width):
-            batch, anchor, other = batch_pairs(batches, start, stop)
-            pairs, pair_batch = direction_pairs(corpus, direction, batch, anchor, other)
+    for start, stop in _chunks(batches, width):
+        batch, anchor, other, at = BatchBlock(batches.rows, batches.offsets, start, stop).pairs()
+        for direction in result.config.loss.directions:
+            pairs, pair_batch = direction_pairs(corpus, direction, batch, anchor, other, at)
             wanted = keep_rows[pairs.anchor_row]
             if not wanted.any():
                 continue

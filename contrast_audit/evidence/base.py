@@ -4,11 +4,14 @@ to the anchor's known positives, with a score and the threshold it used."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
 from contrast_audit.corpus import Corpus
+
+if TYPE_CHECKING:
+    from contrast_audit.evidence.blocks import Slots
 
 CERTAIN, LIKELY, SUSPECT = 2, 1, 0
 SEVERITY_NAMES = {CERTAIN: "certain", LIKELY: "likely", SUSPECT: "suspect"}
@@ -20,7 +23,10 @@ class Pairs:
     """Candidate pairs of one comparison direction.
 
     ``anchor_row`` is the row whose anchor (or, for ``doc_to_*``, whose positive) is compared;
-    ``cand_row``/``cand_role``/``cand_tid`` say which text of which row is the candidate.
+    ``cand_row``/``cand_role``/``cand_tid`` say which text of which row is the candidate. ``at``,
+    where the pairs come from global batches, places each pair in its batch's similarity matrices
+    (``blocks.BatchBlock``); pairs without it (a row's own hard negatives, reference data) have
+    their similarities computed pair by pair.
     """
 
     direction: str
@@ -28,9 +34,21 @@ class Pairs:
     cand_row: np.ndarray
     cand_role: np.ndarray
     cand_tid: np.ndarray
+    at: Slots | None = None
 
     def __len__(self) -> int:
         return int(self.anchor_row.shape[0])
+
+    def take(self, idx: np.ndarray) -> Pairs:
+        """The pairs at positions ``idx``."""
+        return Pairs(
+            self.direction,
+            self.anchor_row[idx],
+            self.cand_row[idx],
+            self.cand_role[idx],
+            self.cand_tid[idx],
+            None if self.at is None else self.at.take(idx),
+        )
 
 
 @dataclass(frozen=True)

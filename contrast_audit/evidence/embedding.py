@@ -22,9 +22,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from contrast_audit.corpus import POSITIVE_ROLE, Corpus
+from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, Corpus
 from contrast_audit.embed import EmbeddingStore
 from contrast_audit.evidence.base import LIKELY, SUSPECT, Hits, Pairs
+from contrast_audit.evidence.blocks import role_texts
 
 
 def _candidate_space(store: EmbeddingStore, pairs: Pairs) -> tuple[np.ndarray, bool]:
@@ -33,17 +34,56 @@ def _candidate_space(store: EmbeddingStore, pairs: Pairs) -> tuple[np.ndarray, b
     return (store.query if query_candidates else store.doc), query_candidates
 
 
+def cross(
+    store: EmbeddingStore,
+    corpus: Corpus,
+    pairs: Pairs,
+    left: np.ndarray,
+    left_role: int,
+    right: np.ndarray,
+    right_role: int | None = None,
+    idx: np.ndarray | None = None,
+) -> np.ndarray:
+    """cosine(``left`` vector of the anchor row's ``left_role`` text, ``right`` vector of the
+    candidate row's ``right_role`` text; by default the candidate itself) for every pair, or the
+    pairs at positions ``idx``: read from the batches' similarity matrices when the pairs carry
+    their place in them, else pair by pair."""
+    pick = (lambda a: a) if idx is None else (lambda a: a[idx])
+    if pairs.at is None:
+        tids = pick(pairs.cand_tid) if right_role is None else role_texts(corpus, pick(pairs.cand_row), right_role)
+        return store.cosine(left, right, role_texts(corpus, pick(pairs.anchor_row), left_role), tids)
+    block, flat = pairs.at.block, pick(pairs.at.flat)
+    if right_role is not None:
+        return block.cosine(corpus, left, left_role, right, right_role, flat)
+    cand_role = pick(pairs.cand_role)
+    roles = np.flatnonzero(np.bincount(cand_role - ANCHOR_ROLE)) + ANCHOR_ROLE
+    if roles.shape[0] <= 1:
+        return block.cosine(corpus, left, left_role, right, int(roles[0]) if roles.shape[0] else ANCHOR_ROLE, flat)
+    out = np.empty(flat.shape[0], dtype=np.float32)
+    for role in roles:
+        at = np.flatnonzero(cand_role == role)
+        out[at] = block.cosine(corpus, left, left_role, right, int(role), flat[at])
+    return out
+
+
 def pair_scores(store: EmbeddingStore, corpus: Corpus, pairs: Pairs) -> tuple[np.ndarray, np.ndarray]:
     """sim(compared text, candidate) and sim(compared text, its target) for every pair: for
     ``query_to_*`` the anchor against the candidate and against its positive; for ``doc_to_*`` the
     positive against the candidate and against its anchor — the logits MNRL puts in one softmax."""
     from_doc = pairs.direction in ("doc_to_query", "doc_to_doc")
-    side = corpus.positive[pairs.anchor_row] if from_doc else corpus.anchor[pairs.anchor_row]
-    side_space = store.doc if from_doc else store.query
+    side_role, side_space = (POSITIVE_ROLE, store.doc) if from_doc else (ANCHOR_ROLE, store.query)
     space, _ = _candidate_space(store, pairs)
-    return store.cosine(side_space, space, side, pairs.cand_tid), row_positive_scores(store, corpus, from_doc)[
+    return cross(store, corpus, pairs, side_space, side_role, space), row_positive_scores(store, corpus, from_doc)[
         pairs.anchor_row
     ]
+
+
+def target_scores(store: EmbeddingStore, corpus: Corpus, pairs: Pairs, idx: np.ndarray | None = None) -> np.ndarray:
+    """sim(what the anchor is trained towards, candidate) of every pair (or those at ``idx``): a query
+    candidate against the anchor, a document candidate against the anchor row's positive (the
+    ``embedding`` evidence)."""
+    space, query_candidates = _candidate_space(store, pairs)
+    return cross(store, corpus, pairs, space, ANCHOR_ROLE if query_candidates else POSITIVE_ROLE, space, idx=idx)
 
 
 def row_positive_scores(store: EmbeddingStore, corpus: Corpus, from_doc: bool) -> np.ndarray:
@@ -83,11 +123,10 @@ class EmbeddingDetector(_CosineDetector):
         return [(self._target(pairs), pairs.cand_tid)]
 
     def detect(self, pairs: Pairs) -> Hits:
-        s = self.store
-        space, _ = _candidate_space(s, pairs)
-        target = self._target(pairs)
-        score = s.cosine(space, space, target, pairs.cand_tid)
-        mask = (score >= self.threshold) & (target != pairs.cand_tid)
+        score = target_scores(self.store, self.corpus, pairs)
+        mask = score >= self.threshold
+        idx = np.flatnonzero(mask)
+        mask[idx] = self._target(pairs.take(idx)) != pairs.cand_tid[idx]
         return Hits(
             self.name, mask, score.astype(np.float64), self.threshold, np.full(len(pairs), LIKELY, dtype=np.int8)
         )
@@ -109,7 +148,7 @@ class AnchorEmbeddingDetector(_CosineDetector):
         eligible = (pairs.cand_role == POSITIVE_ROLE) & (pairs.cand_row != pairs.anchor_row) & (mine != theirs)
         score = np.zeros(len(pairs), dtype=np.float64)
         idx = np.flatnonzero(eligible)
-        score[idx] = s.cosine(s.query, s.query, mine[idx], theirs[idx])
+        score[idx] = cross(s, c, pairs, s.query, ANCHOR_ROLE, s.query, ANCHOR_ROLE, idx=idx)
         mask = eligible & (score >= self.threshold)
         return Hits(self.name, mask, score, self.threshold, np.full(len(pairs), LIKELY, dtype=np.int8))
 
@@ -150,30 +189,30 @@ class MarginDetector(_CosineDetector):
     def detect(self, pairs: Pairs) -> Hits:
         c, s = self.corpus, self.store
         cand, pos = pair_scores(s, c, pairs)
-        anchor, positive = c.anchor[pairs.anchor_row], c.positive[pairs.anchor_row]
-        # A row whose positive is its anchor (SimCSE-style) has sim(a, p) = 1: the rule would be a
-        # cosine threshold on the anchor, a near-duplicate claim the embedding detector judges.
-        same = (pairs.cand_tid == anchor) | (pairs.cand_tid == positive) | (anchor == positive)
         if self.relative_margin is not None:
             threshold = 1.0 - self.relative_margin
             score = np.divide(cand, pos, out=np.zeros_like(cand), where=pos > 0).astype(np.float64)
-            mask = (pos > 0) & (score > threshold) & ~same
+            mask = (pos > 0) & (score > threshold)
         else:
             threshold = -float(self.absolute_margin or 0.0)
             score = (cand - pos).astype(np.float64)
-            mask = (score > threshold) & ~same
+            mask = score > threshold
+        # A row whose positive is its anchor (SimCSE-style) has sim(a, p) = 1: the rule would be a
+        # cosine threshold on the anchor, a near-duplicate claim the embedding detector judges.
+        idx = np.flatnonzero(mask)
+        rows, cand_tid = pairs.anchor_row[idx], pairs.cand_tid[idx]
+        anchor, positive = c.anchor[rows], c.positive[rows]
+        mask[idx] = (cand_tid != anchor) & (cand_tid != positive) & (anchor != positive)
         # Corroboration: the candidate is also near what the anchor is trained towards.
-        space, query_candidates = _candidate_space(s, pairs)
-        target = c.anchor[pairs.anchor_row] if query_candidates else c.positive[pairs.anchor_row]
         supported = np.zeros(len(pairs), dtype=bool)
         idx = np.flatnonzero(mask)
-        supported[idx] = s.cosine(space, space, target[idx], pairs.cand_tid[idx]) >= self.support
+        rows = pairs.anchor_row[idx]
         # A row's own hard negatives were (usually) mined for scoring high against its anchor, so
         # being within the margin is how they were chosen, not evidence that they answer it: for
         # them the rule is never more than suspect. Calling one mislabelled takes evidence of
         # equivalence with the row's own texts (exact, near-duplicate), which other detectors give.
-        own = (pairs.cand_row == pairs.anchor_row) & (pairs.cand_role > POSITIVE_ROLE)
-        supported &= ~own & self.query_doc_row[pairs.anchor_row]
+        own = (pairs.cand_row[idx] == rows) & (pairs.cand_role[idx] > POSITIVE_ROLE)
+        supported[idx] = (target_scores(s, c, pairs, idx) >= self.support) & ~own & self.query_doc_row[rows]
         severity = np.where(supported, LIKELY, SUSPECT).astype(np.int8)
         if not self.report_suspects:
             mask &= supported
@@ -259,14 +298,15 @@ class PairDetector(_CosineDetector):
         r, s = pairs.anchor_row, pairs.cand_row
         return [(c.anchor[r], c.anchor[s]), (c.positive[r], c.positive[s])]
 
-    def cosines(self, r: np.ndarray, s: np.ndarray) -> dict[str, np.ndarray]:
-        """The four cross cosines of row pairs (r, s), by the pairing whose bar they meet."""
-        st, a, p = self.store, self.corpus.anchor, self.corpus.positive
+    def cosines(self, pairs: Pairs, idx: np.ndarray) -> dict[str, np.ndarray]:
+        """The four cross cosines of the rows (r, s) of the pairs at ``idx``, by the pairing whose bar
+        they meet."""
+        st, c = self.store, self.corpus
         return {
-            "anchor_anchor": st.cosine(st.query, st.query, a[r], a[s]),
-            "positive_positive": st.cosine(st.doc, st.doc, p[r], p[s]),
-            "anchor_other_positive": st.cosine(st.query, st.doc, a[r], p[s]),
-            "positive_other_anchor": st.cosine(st.doc, st.query, p[r], a[s]),
+            "anchor_anchor": cross(st, c, pairs, st.query, ANCHOR_ROLE, st.query, ANCHOR_ROLE, idx),
+            "positive_positive": cross(st, c, pairs, st.doc, POSITIVE_ROLE, st.doc, POSITIVE_ROLE, idx),
+            "anchor_other_positive": cross(st, c, pairs, st.query, ANCHOR_ROLE, st.doc, POSITIVE_ROLE, idx),
+            "positive_other_anchor": cross(st, c, pairs, st.doc, POSITIVE_ROLE, st.query, ANCHOR_ROLE, idx),
         }
 
     _PAIRING = {
@@ -293,7 +333,7 @@ class PairDetector(_CosineDetector):
         if idx.size:
             excess = np.zeros(idx.size, dtype=np.float64)
             above = np.ones(idx.size, dtype=bool)
-            for key, sims in self.cosines(r[idx], s[idx]).items():
+            for key, sims in self.cosines(pairs, idx).items():
                 pairing = self._PAIRING[key]
                 excess += sims - self.bar[pairing]
                 above &= sims >= self.floors[pairing]

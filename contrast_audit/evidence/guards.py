@@ -70,9 +70,16 @@ class Guarded:
 
     def detect(self, pairs: Pairs) -> Hits:
         hits = self.inner.detect(pairs)
-        mask = hits.mask
+        matched = np.flatnonzero(hits.mask)
+        if matched.shape[0] == 0 or not self.guards:
+            return hits
+        # The guards look at the matches only: a batch has thousands of candidates and a few matches.
+        some = pairs.take(matched)
+        keep = np.ones(matched.shape[0], dtype=bool)
         for guard in self.guards:
-            mask = mask & ~guard.veto(self.inner, pairs, mask)
+            keep &= ~guard.veto(self.inner, some, keep)
+        mask = np.zeros(len(pairs), dtype=bool)
+        mask[matched[keep]] = True
         return replace(hits, mask=mask)
 
     def info(self) -> dict:
