@@ -12,9 +12,13 @@ evidence is computed. A refusal is exit 2 and names the flag; ``--max-memory off
 
 from __future__ import annotations
 
+import math
+import os
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
 from pathlib import Path
 
 from contrast_audit.errors import ConfigError, InputError
@@ -136,3 +140,33 @@ def check_memory(needed: int, limit: int | None, what: str, path: str, fix: Call
         f"{what} needs about {human(needed)} of memory and {human(limit)} is available (--max-memory)",
         fix=f"{advice}, or pass --max-memory off to try anyway (or a size, e.g. --max-memory 64G)",
     )
+
+
+@lru_cache(maxsize=1)
+def usable_cpus() -> int:
+    """The CPUs this process may use: its affinity mask, capped by a cgroup v2 CPU quota (``cpu.max``)."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        n = os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            n = min(n, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, n)
+
+
+def parallel(fn: Callable[..., None], args: Iterable[tuple]) -> None:
+    """``fn(*a)`` for every ``a`` in ``args``, on one thread per usable CPU: for numpy work, whose loops
+    release the GIL. Each call must write only its own part of the output; the first error is raised."""
+    items = list(args)
+    workers = min(usable_cpus(), len(items))
+    if workers <= 1:
+        for a in items:
+            fn(*a)
+        return
+    with ThreadPoolExecutor(workers) as pool:
+        for future in [pool.submit(fn, *a) for a in items]:
+            future.result()

@@ -35,6 +35,7 @@ import polars as pl
 from contrast_audit.corpus import Corpus
 from contrast_audit.errors import ConfigError
 from contrast_audit.evidence.base import LIKELY, Hits, Pairs
+from contrast_audit.resources import parallel
 
 SCHEME = "affine32"
 SHINGLES = ("word", "char")
@@ -173,16 +174,19 @@ class Signatures:
             need -= 1
         while need < num_perm and need / num_perm < threshold:
             need += 1
-        for lo in range(0, rows.shape[0], _PAIRS_PER_BLOCK):
+
+        def verify(lo: int) -> None:
             a, b = rows[lo : lo + _PAIRS_PER_BLOCK], other_rows[lo : lo + _PAIRS_PER_BLOCK]
             first = np.count_nonzero(self.values[a, :half] == other.values[b, :half], axis=1)
             alive = np.flatnonzero(first + (num_perm - half) >= need)
             if alive.shape[0] == 0:
-                continue
+                return
             rest = np.count_nonzero(self.values[a[alive], half:] == other.values[b[alive], half:], axis=1)
             jac = (first[alive] + rest) / num_perm
             ok = jac >= threshold
             out[lo + alive[ok]] = jac[ok]
+
+        parallel(verify, ((lo,) for lo in range(0, rows.shape[0], _PAIRS_PER_BLOCK)))
         out[self.empty[rows] | other.empty[other_rows]] = 0.0
         return out
 
@@ -198,12 +202,20 @@ class Signatures:
             )
 
 
-def signatures(texts: pl.Series, *, num_perm: int, seed: int, shingle: str, ngram: int) -> Signatures:
-    """One MinHash signature per text, in bulk, chunked so memory stays bounded."""
+def signatures(
+    texts: pl.Series, *, num_perm: int, seed: int, shingle: str, ngram: int, out: np.ndarray | None = None
+) -> Signatures:
+    """One MinHash signature per text, in bulk, chunked so memory stays bounded. ``out``, a
+    (texts × num_perm) uint32 array to fill, saves allocating one per call (a caller signing many
+    chunks reuses its pages); the blocks of shingles are permuted on every core."""
     a, b = permutations(num_perm, seed)
     a, b = a[:, None], b[:, None]
     n = texts.len()
-    values = np.full((n, num_perm), MAX_HASH, dtype=np.uint32)
+    if out is None:
+        values = np.full((n, num_perm), MAX_HASH, dtype=np.uint32)
+    else:
+        values = out
+        values.fill(MAX_HASH)
     empty = np.ones(n, dtype=bool)
     # Shingles per text (the token count bounds it) decide where the chunks of texts end.
     text = pl.lit(texts.cast(pl.String)).fill_null("")
@@ -225,11 +237,14 @@ def signatures(texts: pl.Series, *, num_perm: int, seed: int, shingle: str, ngra
         # Blocks of about ``block`` shingles, cut where a text starts.
         first = np.searchsorted(starts, np.arange(0, hv.shape[0], block))
         cuts = np.unique(np.r_[starts[first[first < starts.shape[0]]], hv.shape[0]])
-        for s0, s1 in zip(cuts[:-1], cuts[1:], strict=True):
+
+        def sign(s0: int, s1: int, idx=idx, hv=hv, starts=starts) -> None:
             local = starts[(starts >= s0) & (starts < s1)]
             permuted = a * hv[None, s0:s1]  # (num_perm × shingles); uint32 wraps: mod 2**32
             permuted += b
-            values[idx[local]] = np.minimum.reduceat(permuted, local - s0, axis=1).T
+            values[idx[local]] = np.minimum.reduceat(permuted, local - s0, axis=1).T  # rows of its own texts
+
+        parallel(sign, zip(cuts[:-1], cuts[1:], strict=True))
         empty[idx[starts]] = False
     settings = (
         ("scheme", SCHEME),
@@ -246,15 +261,18 @@ def band_keys(sig: Signatures, bands: int, rows: int) -> np.ndarray:
     """(texts × bands) uint64: one key per band, a hash of that band's ``rows`` signature values."""
     n = len(sig)
     keys = np.zeros((n, bands), dtype=np.uint64)
-    for j in range(bands):
-        band = sig.values[:, j * rows : (j + 1) * rows].astype(np.uint64)
+
+    def band(j: int) -> None:
+        values = sig.values[:, j * rows : (j + 1) * rows].astype(np.uint64)
         key = np.full(n, 0x9E3779B97F4A7C15 + j, dtype=np.uint64)
         for c in range(0, rows, 2):  # two 32-bit values per 64-bit mixing step
-            word = band[:, c] << np.uint64(32)
+            word = values[:, c] << np.uint64(32)
             if c + 1 < rows:
-                word |= band[:, c + 1]
+                word |= values[:, c + 1]
             key = _fmix(key ^ word, 64)
         keys[:, j] = key
+
+    parallel(band, ((j,) for j in range(bands)))
     return keys
 
 
@@ -325,8 +343,10 @@ class MinHashDetector:
         self.n_texts = n
         self.keys = np.empty((n, self.bands), dtype=np.uint32)
         self.empty = np.ones(n, dtype=bool)
+        buffer = np.empty((min(n, TEXTS_PER_CHUNK), self.num_perm), dtype=np.uint32)
         for lo in range(0, n, TEXTS_PER_CHUNK):
-            sig = signatures(norm.slice(lo, TEXTS_PER_CHUNK), **self._settings())
+            part = norm.slice(lo, TEXTS_PER_CHUNK)
+            sig = signatures(part, **self._settings(), out=buffer[: part.len()])
             hi = lo + len(sig)
             self.keys[lo:hi] = band_keys(sig, self.bands, self.rows) & np.uint64(0xFFFFFFFF)
             self.empty[lo:hi] = sig.empty

@@ -75,6 +75,34 @@ def test_signatures_do_not_depend_on_chunking(monkeypatch):
     assert np.array_equal(whole.values, chunked.values)
     assert np.array_equal(whole.empty, chunked.empty)
     assert whole.empty.any() and not whole.empty.all()
+    # A reused output buffer (left dirty by an earlier call) gives the same values.
+    buffer = np.zeros((300, 32), dtype=np.uint32)
+    signatures(texts[::-1], num_perm=32, seed=1, shingle="word", ngram=2, out=buffer)
+    again = signatures(texts, num_perm=32, seed=1, shingle="word", ngram=2, out=buffer)
+    assert again.values is buffer and np.array_equal(again.values, whole.values)
+
+
+def test_signing_on_one_thread_or_many_is_the_same(monkeypatch):
+    from contrast_audit import resources
+
+    rng = np.random.default_rng(5)
+    words = np.array(["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"])
+    texts = pl.Series([" ".join(words[rng.integers(0, 8, int(k))]) for k in rng.integers(0, 12, 2000)])
+    monkeypatch.setattr(mh, "_CELLS_PER_BLOCK", 32 * 50)  # many blocks, so many threads take part
+    monkeypatch.setattr(resources, "usable_cpus", lambda: 4)
+    many = signatures(texts, num_perm=32, seed=1, shingle="word", ngram=2)
+    monkeypatch.setattr(resources, "usable_cpus", lambda: 1)
+    one = signatures(texts, num_perm=32, seed=1, shingle="word", ngram=2)
+    assert np.array_equal(many.values, one.values)
+    keys_one = mh.band_keys(one, 4, 8)
+    monkeypatch.setattr(resources, "usable_cpus", lambda: 4)
+    assert np.array_equal(mh.band_keys(many, 4, 8), keys_one)
+    rows = rng.integers(0, 2000, 5000)
+    other = rng.integers(0, 2000, 5000)
+    monkeypatch.setattr(mh, "_PAIRS_PER_BLOCK", 64)
+    assert np.array_equal(
+        many.at_least(rows, many, other, 0.5), one.jaccard(rows, one, other) * (one.jaccard(rows, one, other) >= 0.5)
+    )
 
 
 def test_near_duplicate_found_and_unrelated_not():
