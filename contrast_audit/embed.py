@@ -176,8 +176,12 @@ class ShardCache:
 
 
 def _digest(array: np.ndarray) -> bytes:
-    head = f"{array.dtype.str}{array.shape}".encode()
-    return hashlib.sha256(head + np.ascontiguousarray(array).tobytes()).digest()
+    """SHA-256 of an array's dtype, shape and bytes, hashed in place (no copy of the bytes)."""
+    digest = hashlib.sha256(f"{array.dtype.str}{array.shape}".encode())
+    data = np.ascontiguousarray(array)
+    if data.size:
+        digest.update(data.reshape(-1).view(np.uint8))
+    return digest.digest()
 
 
 def _equal_length_batches(st: Any, texts: list[str], prompt: str, batch_size: int) -> list[np.ndarray]:
@@ -199,7 +203,32 @@ def _equal_length_batches(st: Any, texts: list[str], prompt: str, batch_size: in
 
 
 def find_keys(stored: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(found mask over ``keys``, index into ``stored`` of each found key, in order)."""
+    """(found mask over ``keys``, index into ``stored`` of each found key, in order).
+
+    16-byte keys are searched by their first 8 bytes as integers (sorting and searching byte strings
+    is several times slower), then compared whole; the few keys whose first 8 bytes another stored
+    key shares are searched again as byte strings."""
+    if stored.shape[0] == 0 or keys.shape[0] == 0:
+        return np.zeros(keys.shape[0], dtype=bool), np.zeros(0, dtype=np.int64)
+    head = lambda k: np.frombuffer(np.ascontiguousarray(k).tobytes(), dtype=">u8")[:: k.dtype.itemsize // 8]  # noqa: E731
+    if stored.dtype != np.dtype("S16") or keys.dtype != np.dtype("S16"):
+        return _find_bytes(stored, keys)
+    stored_head, key_head = head(stored), head(keys)
+    order = np.argsort(stored_head, kind="stable")
+    sorted_head = stored_head[order]
+    pos = np.minimum(np.searchsorted(sorted_head, key_head), sorted_head.shape[0] - 1)
+    at = order[pos]
+    found = stored[at] == keys
+    # A key whose first 8 bytes match a stored key's but not the rest may match another stored key.
+    shared = np.flatnonzero(~found & (sorted_head[pos] == key_head))
+    if shared.shape[0]:
+        again, where = _find_bytes(stored, keys[shared])
+        found[shared[again]] = True
+        at[shared[again]] = where
+    return found, at[found]
+
+
+def _find_bytes(stored: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     order = np.argsort(stored, kind="stable")
     sorted_keys = stored[order]
     pos = np.minimum(np.searchsorted(sorted_keys, keys), sorted_keys.shape[0] - 1)
@@ -267,23 +296,26 @@ class EmbeddingCache(ShardCache):
             part = self.load(paths[number], ("keys", "vectors"))
             if part is not None:
                 parts[number] = part["vectors"]
+        hits_per_shard = np.bincount(hit_shard, minlength=len(paths))
         widths: dict[int, int] = {}
         for number, vectors in parts.items():
-            widths[vectors.shape[1]] = widths.get(vectors.shape[1], 0) + int((hit_shard == number).sum())
+            widths[vectors.shape[1]] = widths.get(vectors.shape[1], 0) + int(hits_per_shard[number])
         if not widths:
             return found, None
         usual = max(widths, key=lambda w: widths[w])
         out = np.empty((slots.shape[0], usual), dtype=VECTOR_DTYPE)
         kept = np.zeros(slots.shape[0], dtype=bool)
+        by_shard = np.argsort(hit_shard, kind="stable")  # the hits of each shard, found once
+        bounds = np.searchsorted(hit_shard[by_shard], np.arange(len(paths) + 1))
         for number, vectors in parts.items():
             if vectors.shape[1] != usual:
                 self._damaged(paths[number], "arrays shaped unlike the other shards'")
                 continue
-            sel = hit_shard == number
+            sel = by_shard[bounds[number] : bounds[number + 1]]
             out[sel] = vectors[hit_row[sel]]
-            kept |= sel
+            kept[sel] = True
         found[slots[kept]] = True
-        return found, out[kept]
+        return found, out if kept.all() else out[kept]  # no second copy of a large matrix when all are kept
 
     def store(self, keys: np.ndarray, vectors: np.ndarray) -> None:
         self.write(keys, vectors=quantise(vectors))

@@ -510,7 +510,9 @@ def neighbours(new: np.ndarray, target: np.ndarray, threshold: float) -> pl.Data
         new = _scoring_form(new)
         for lo in range(0, target.shape[0], SIM_BLOCK):
             sim = new @ _scoring_form(target[lo : lo + SIM_BLOCK]).T
-            i, j = np.nonzero(sim >= threshold)
+            rows = np.flatnonzero(sim.max(axis=1) >= threshold)  # few new texts have a neighbour here
+            i, j = np.nonzero(sim[rows] >= threshold)
+            i = rows[i]
             found_new.append(i.astype(np.int64))
             found_target.append(j.astype(np.int64) + lo)
             found_score.append(sim[i, j].astype(np.float64))

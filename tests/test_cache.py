@@ -279,3 +279,28 @@ def test_lookup_reads_vectors_only_from_shards_holding_a_wanted_key(
     assert found.all() and vectors is not None
     np.testing.assert_array_equal(vectors, embed.quantise(_vectors(3))[1:3])
     assert sorted(read) == [("keys",), ("keys",), ("keys", "vectors")]
+
+
+def test_key_search_is_exact_when_keys_share_their_first_eight_bytes() -> None:
+    rng = np.random.default_rng(0)
+    stored = np.array([rng.bytes(16) for _ in range(2000)], dtype="S16")
+    # Keys that agree with stored keys on their first 8 bytes but not the rest, and stored keys
+    # that agree with each other on their first 8 bytes.
+    twins = np.array([bytes(stored[i])[:8] + rng.bytes(8) for i in range(0, 2000, 7)], dtype="S16")
+    stored = np.concatenate([stored, twins[:100]])
+    keys = np.concatenate([stored[rng.permutation(stored.shape[0])[:900]], twins[100:], twins[:100]])
+    found, at = embed.find_keys(stored, keys)
+    want = {bytes(k): i for i, k in enumerate(stored)}
+    assert found.tolist() == [bytes(k) in want for k in keys]
+    assert at.tolist() == [want[bytes(k)] for k in keys if bytes(k) in want]
+    assert found[-100:].all() and not found[900:-100].any()
+
+
+def test_array_checksums_are_sha256_of_dtype_shape_and_bytes() -> None:
+    import hashlib
+
+    for array in (np.arange(12, dtype=np.float16).reshape(3, 4), np.zeros((0, 4), np.float16), _keys(3)):
+        head = f"{array.dtype.str}{array.shape}".encode()
+        assert embed._digest(array) == hashlib.sha256(head + array.tobytes()).digest()
+    view = np.arange(24, dtype=np.uint32).reshape(4, 6)[:, ::2]  # not contiguous
+    assert embed._digest(view) == embed._digest(np.ascontiguousarray(view))
