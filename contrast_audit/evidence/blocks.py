@@ -89,8 +89,8 @@ class BatchBlock:
     def _products(self, lv: np.ndarray, rv: np.ndarray) -> np.ndarray:
         """Every batch's ``L @ R.T``, flattened batch after batch."""
         dim = lv.shape[1]
-        sizes = np.unique(self.sizes)
-        if sizes.shape[0] == 1:  # equal batches: one batched product, already in order
+        sizes = np.unique(self.sizes[self.sizes > 0])  # an empty batch has no pairs
+        if sizes.shape[0] == 1 and (self.sizes == sizes[0]).all():  # equal batches: one product, in order
             size = int(sizes[0])
             lv, rv = lv.reshape(-1, size, dim), rv.reshape(-1, size, dim)
             return np.matmul(lv, rv.transpose(0, 2, 1)).ravel()

@@ -120,3 +120,14 @@ def test_uneven_batches_fill_each_matrix(world):
     got = block.cosine(c, store.query, ANCHOR_ROLE, store.doc, POSITIVE_ROLE, at.flat)
     want = np.einsum("ij,ij->i", store.query[c.anchor[anchor]], store.doc[c.positive[other]])
     np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_an_empty_batch_has_no_pairs_and_breaks_nothing(world):
+    c, store, _ = world
+    offsets = np.array([0, 3, 3, 6])  # batches of 3, 0 and 3 rows
+    block = BatchBlock(np.arange(6), offsets, 0, 3)
+    batch, anchor, other, at = block.pairs()
+    assert sorted(set(batch.tolist())) == [0, 2] and batch.shape[0] == 12
+    got = block.cosine(c, store.query, ANCHOR_ROLE, store.doc, POSITIVE_ROLE, at.flat)
+    want = np.einsum("ij,ij->i", store.query[c.anchor[anchor]], store.doc[c.positive[other]])
+    np.testing.assert_allclose(got, want, atol=1e-6)
