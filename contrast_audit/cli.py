@@ -212,7 +212,16 @@ Alignment = Annotated[
 ]
 AlignmentWords = Annotated[
     int | None,
-    _opt("Texts of at most N words count as short for the alignment guard.  \\[default: 50]", "Evidence"),
+    _opt(
+        "Texts of at most N words count as short for the alignment and word-order guards.  \\[default: 50]", "Evidence"
+    ),
+]
+WordOrder = Annotated[
+    float | None,
+    _opt(
+        "Short texts whose shared words come in a different order (1 minus the share of neighbouring shared words split apart; a moved phrase keeps 1) below this are never near-duplicates; 0 turns this off.  \\[default: 0.85]",
+        "Evidence",
+    ),
 ]
 AlignmentMatch = Annotated[
     float | None,
@@ -412,6 +421,7 @@ AUDIT_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("alignment", Alignment),
     ("alignment_words", AlignmentWords),
     ("alignment_match", AlignmentMatch),
+    ("word_order", WordOrder),
     ("minhash", MinHashOn),
     ("minhash_threshold", MinHashThreshold),
     ("num_perm", NumPerm),

@@ -94,18 +94,24 @@ class PolicyConfig:
     near-duplicates; 0 turns it off. Alignment guard (when embeddings are on): short texts (at most
     ``alignment_words`` words) whose token alignment is below ``alignment_threshold`` are not
     near-duplicates either; a threshold of 0 turns it off. A token counts as aligned when its best
-    match in the other text reaches ``alignment_match`` cosine (0: soft, BERTScore-style)."""
+    match in the other text reaches ``alignment_match`` cosine (0: soft, BERTScore-style). Word-order
+    guard (no model needed): short texts whose shared words come in a different order
+    (``evidence.guards.word_order`` below ``word_order_threshold``) are not near-duplicates; 0 turns
+    it off. Both guards count texts of at most ``alignment_words`` words as short."""
 
     number_guard_words: int = 50
     alignment_threshold: float = 0.8
     alignment_words: int = 50
     alignment_match: float = 0.7
+    word_order_threshold: float = 0.85
 
     def __post_init__(self) -> None:
         if self.number_guard_words < 0:
             raise ConfigError(f"number-guard must be >= 0 words (0 turns it off), got {self.number_guard_words}")
         if not 0.0 <= self.alignment_threshold <= 1.0:
             raise ConfigError(f"alignment must be in [0, 1] (0 turns it off), got {self.alignment_threshold}")
+        if not 0.0 <= self.word_order_threshold <= 1.0:
+            raise ConfigError(f"word-order must be in [0, 1] (0 turns it off), got {self.word_order_threshold}")
         if self.alignment_words < 1:
             raise ConfigError(f"alignment-words must be >= 1, got {self.alignment_words}")
         if isinstance(self.alignment_match, bool) or not 0.0 <= self.alignment_match < 1.0:
@@ -297,6 +303,7 @@ _FILE_KEYS: dict[str, tuple[str | None, str]] = {
     "alignment": ("policy", "alignment_threshold"),
     "alignment_words": ("policy", "alignment_words"),
     "alignment_match": ("policy", "alignment_match"),
+    "word_order": ("policy", "word_order_threshold"),
     "minhash": ("minhash", "enabled"),
     "minhash_threshold": ("minhash", "threshold"),
     "num_perm": ("minhash", "num_perm"),
@@ -399,6 +406,7 @@ SETTING_RULES: dict[str, tuple[str, float | None, float | None, bool]] = {
     "minhash_seed": ("int", 0, 2**32 - 1, False),
     "embed_batch_size": ("int", 1, _BIG, False),
     "alignment": ("float", 0.0, 1.0, False),
+    "word_order": ("float", 0.0, 1.0, False),
     "alignment_match": ("float", 0.0, 1.0, True),
     "minhash_threshold": ("float", 0.0, 1.0, False),
     "positive_threshold": ("float", -1.0, 1.0, False),

@@ -485,6 +485,14 @@ class Matcher:
             guard = NumberGuard(policy.number_guard_words)
             guard.prepare(mini)
             veto |= guard.disagree(u, v)
+        if policy.word_order_threshold > 0:
+            from contrast_audit.evidence.guards import OrderGuard
+
+            order = OrderGuard(policy.word_order_threshold, policy.alignment_words)
+            order.prepare(mini)
+            check = np.flatnonzero(~veto & order.short[u] & order.short[v])
+            if check.size:
+                veto[check] = order.fails(u[check], v[check])
         if self.cfg.embedding.enabled and policy.alignment_threshold > 0 and self.store is not None:
             from contrast_audit.evidence.guards import short_texts
             from contrast_audit.tokens import TokenStore

@@ -87,8 +87,12 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
                 None,
             ),
             "alignment": ("Token alignment below which short texts are never near-duplicates; 0: off.", None),
-            "alignment_words": ("Texts of at most N words count as short for the alignment guard.", None),
+            "alignment_words": (
+                "Texts of at most N words count as short for the alignment and word-order guards.",
+                None,
+            ),
             "alignment_match": ("Token cosine (below 1) at which a token is matched; 0 scores soft (BERTScore).", None),
+            "word_order": ("Word-order agreement below which short texts are never near-duplicates; 0: off.", None),
         },
     ),
     (

@@ -94,7 +94,8 @@ def default_detectors(
 
 
 def _guards(cfg: AuditConfig, store) -> tuple[list, list]:
-    """The number guard, and the alignment guard when embeddings are on (``store``)."""
+    """The number guard; the near-duplicate guards: word order, and alignment when embeddings are
+    on (``store``)."""
     policy = cfg.policy
     numbers: list = []
     aligned: list = []
@@ -102,6 +103,10 @@ def _guards(cfg: AuditConfig, store) -> tuple[list, list]:
         from contrast_audit.evidence.numbers import NumberGuard
 
         numbers.append(NumberGuard(policy.number_guard_words))
+    if policy.word_order_threshold > 0:
+        from contrast_audit.evidence.guards import OrderGuard
+
+        aligned.append(OrderGuard(policy.word_order_threshold, policy.alignment_words))
     if store is not None and policy.alignment_threshold > 0:
         from contrast_audit.evidence.guards import AlignmentGuard
         from contrast_audit.tokens import TokenStore

@@ -458,6 +458,18 @@ class MinHashDetector:
             out[part] = self._jaccard(x[part], y[part])  # sharing a key, both are in a bucket: signed
         return out
 
+    def compared(self, pairs: Pairs) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The texts this evidence says are near-duplicates (for the guards): the candidate and
+        whichever text of the anchor row it matched, or each of them when it matched both."""
+        c, cand = self.corpus, pairs.cand_tid
+        anchor, positive = c.anchor[pairs.anchor_row], c.positive[pairs.anchor_row]
+        to_anchor = self.similar(cand, anchor) > 0
+        to_positive = self.similar(cand, positive) > 0
+        return [
+            (np.where(to_anchor | ~to_positive, anchor, positive), cand),
+            (np.where(to_positive | ~to_anchor, positive, anchor), cand),
+        ]
+
     def detect(self, pairs: Pairs) -> Hits:
         c = self.corpus
         cand = pairs.cand_tid
