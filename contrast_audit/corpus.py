@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 
 from contrast_audit.config import NormaliseConfig
-from contrast_audit.normalise import normalise_expr
+from contrast_audit.normalise import normalise_series
 
 ANCHOR_ROLE = -1  # candidate role codes: -1 anchor (query), 0 positive, k >= 1 negative_k
 POSITIVE_ROLE = 0
@@ -76,9 +76,8 @@ def build_corpus(rows: pl.DataFrame, cfg: NormaliseConfig) -> Corpus:
             .select("row", "slot", "raw"),
         ]
     )
-    raws = long.select(pl.col("raw").unique(maintain_order=True)).with_columns(
-        normalise_expr(pl.col("raw"), cfg).alias("norm")
-    )
+    raws = long.select(pl.col("raw").unique(maintain_order=True))
+    raws = raws.with_columns(normalise_series(raws.get_column("raw"), cfg).alias("norm"))
     norms = raws.select(pl.col("norm").unique(maintain_order=True)).with_row_index("tid")
     raws = raws.with_row_index("rid").join(norms, on="norm", how="left")
     texts = (

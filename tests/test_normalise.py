@@ -7,6 +7,8 @@ import unicodedata
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from contrast_audit.config import NormaliseConfig
 from contrast_audit.normalise import content_hash, normalise
@@ -80,3 +82,38 @@ def test_content_hash_is_stable_and_sensitive() -> None:
 
 def test_a_leading_minus_is_kept():
     assert normalise(["-1 is the answer", "1 is the answer"]) == ["-1 is the answer", "1 is the answer"]
+
+
+TRICKY = [
+    "Plain ASCII text.",
+    "  leading and trailing  ",
+    "...!?",
+    "\x1c\x1d separators \x1f",
+    "tab\tand\nnewline",
+    "Straße",
+    "ﬁle",
+    "zero\u200bwidth",
+    "\u200b\u00ad",
+    "Ｆｕｌｌ",
+    "non\u00a0breaking",
+    "",
+    None,
+]
+CONFIGS = [
+    NormaliseConfig(),
+    NormaliseConfig(unicode_form=None, casefold=False),
+    NormaliseConfig(unicode_form="NFC", collapse_whitespace=False, strip_chars=""),
+    NormaliseConfig(strip_chars="ax."),  # an ASCII letter among the strip characters
+]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+@given(st.lists(st.one_of(st.sampled_from(TRICKY), st.text(max_size=12)), max_size=40))
+@settings(max_examples=60, deadline=None)
+def test_the_ascii_shortcut_gives_the_full_normal_form(cfg, texts):
+    from contrast_audit.normalise import normalise_expr, normalise_series, nothing_left
+
+    series = pl.Series("t", texts, dtype=pl.String)
+    full = pl.select(normalise_expr(pl.lit(series), cfg)).to_series()
+    assert normalise_series(series, cfg).to_list() == full.to_list()
+    assert nothing_left(series, cfg).to_list() == (full.str.strip_chars() == "").to_list()

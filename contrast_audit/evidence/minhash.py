@@ -4,9 +4,9 @@ positive.
 Each distinct normalised text gets one MinHash signature over its word or character n-grams,
 computed in bulk: shingles are built and hashed as polars expressions, then datasketch's
 ``affine32`` permutations (datasketch >= 2.0, its default scheme) and the per-text minimum are
-applied in numpy. A signature row is identical to the ``hashvalues`` of a ``datasketch.MinHash``
-with the same ``num_perm`` and ``seed`` and :func:`shingle_hash` as its ``hashfunc``, updated with
-the same shingles.
+applied by a compiled loop on every core (``minhash_kernels``, numba). A signature row is identical
+to the ``hashvalues`` of a ``datasketch.MinHash`` with the same ``num_perm`` and ``seed`` and
+:func:`shingle_hash` as its ``hashfunc``, updated with the same shingles.
 
 Signatures are cut into ``bands`` × ``rows`` chosen for recall (:func:`lsh_params`): a pair whose
 Jaccard similarity is exactly ``threshold`` becomes an LSH candidate with probability at least
@@ -35,7 +35,6 @@ import polars as pl
 from contrast_audit.corpus import Corpus
 from contrast_audit.errors import ConfigError
 from contrast_audit.evidence.base import LIKELY, Hits, Pairs
-from contrast_audit.resources import parallel
 
 SCHEME = "affine32"
 SHINGLES = ("word", "char")
@@ -45,7 +44,6 @@ SHINGLE_HASH = f"polars {pl.__version__} hash(seed={HASH_SEED}), low 32 bits"
 MAX_BUCKET = 1000  # an LSH bucket holding more texts than this is skipped (boilerplate)
 
 _SHINGLES_PER_CHUNK = 2_000_000  # texts are shingled in chunks of about this many shingles
-_CELLS_PER_BLOCK = 1 << 22  # shingles × num_perm permuted at once (16 MiB of uint32)
 _PAIRS_PER_BLOCK = 1 << 16  # pairs whose signatures are compared at once
 _CANDIDATES_PER_CHUNK = 4_000_000  # LSH candidate pairs expanded and verified at once
 TEXTS_PER_CHUNK = 131_072  # texts signed and banded at once by the detector
@@ -55,6 +53,13 @@ _FMIX = {
     32: (np.uint32(16), np.uint32(0x85EBCA6B), np.uint32(13), np.uint32(0xC2B2AE35), np.uint32(16)),
     64: (np.uint64(33), np.uint64(0xFF51AFD7ED558CCD), np.uint64(33), np.uint64(0xC4CEB9FE1A85EC53), np.uint64(33)),
 }
+
+
+def _kernels():
+    """The compiled loops (numba), imported on first use: a scan without MinHash never loads numba."""
+    from contrast_audit.evidence import minhash_kernels
+
+    return minhash_kernels
 
 
 def _fmix(hv: np.ndarray, width: int) -> np.ndarray:
@@ -160,33 +165,23 @@ class Signatures:
 
     def at_least(self, rows: np.ndarray, other: Signatures, other_rows: np.ndarray, threshold: float) -> np.ndarray:
         """:meth:`jaccard` where it is at least ``threshold``, 0 elsewhere: the same values, computed with
-        an early exit. The first half of each pair's values is compared for every pair; the second half
-        only for pairs that could still reach the threshold if all of it were equal (most candidates of
-        an LSH stage are far below it)."""
+        an early exit: a pair's comparison stops once too many of its values differ for it to reach
+        the threshold (most candidates of an LSH stage are far below it)."""
         self._comparable(other)
         rows = np.asarray(rows, dtype=np.int64)
         other_rows = np.asarray(other_rows, dtype=np.int64)
         out = np.zeros(rows.shape[0], dtype=np.float64)
         num_perm = self.values.shape[1]
-        half = num_perm // 2
         need = min(int(np.ceil(threshold * num_perm)), num_perm)  # equal values a pair at the threshold has
         while need > 0 and (need - 1) / num_perm >= threshold:
             need -= 1
         while need < num_perm and need / num_perm < threshold:
             need += 1
 
-        def verify(lo: int) -> None:
-            a, b = rows[lo : lo + _PAIRS_PER_BLOCK], other_rows[lo : lo + _PAIRS_PER_BLOCK]
-            first = np.count_nonzero(self.values[a, :half] == other.values[b, :half], axis=1)
-            alive = np.flatnonzero(first + (num_perm - half) >= need)
-            if alive.shape[0] == 0:
-                return
-            rest = np.count_nonzero(self.values[a[alive], half:] == other.values[b[alive], half:], axis=1)
-            jac = (first[alive] + rest) / num_perm
-            ok = jac >= threshold
-            out[lo + alive[ok]] = jac[ok]
-
-        parallel(verify, ((lo,) for lo in range(0, rows.shape[0], _PAIRS_PER_BLOCK)))
+        equal = np.empty(rows.shape[0], dtype=np.int64)
+        _kernels().equal_at_least(self.values, rows, other.values, other_rows, need, equal)
+        hit = np.flatnonzero(equal)
+        out[hit] = equal[hit] / num_perm
         out[self.empty[rows] | other.empty[other_rows]] = 0.0
         return out
 
@@ -209,7 +204,6 @@ def signatures(
     (texts × num_perm) uint32 array to fill, saves allocating one per call (a caller signing many
     chunks reuses its pages); the blocks of shingles are permuted on every core."""
     a, b = permutations(num_perm, seed)
-    a, b = a[:, None], b[:, None]
     n = texts.len()
     if out is None:
         values = np.full((n, num_perm), MAX_HASH, dtype=np.uint32)
@@ -224,7 +218,6 @@ def signatures(
     cost = np.cumsum(np.maximum(tokens - ngram + 1, (tokens > 0).astype(np.int64)))
     ends = np.searchsorted(cost, np.arange(_SHINGLES_PER_CHUNK, int(cost[-1]) if n else 0, _SHINGLES_PER_CHUNK))
     bounds = np.unique(np.r_[0, ends, n])
-    block = max(1, _CELLS_PER_BLOCK // num_perm)
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
         hashed = shingles(texts.slice(int(lo), int(hi - lo)), shingle, ngram).select(
             "idx", (pl.col("shingle").hash(HASH_SEED) & 0xFFFFFFFF).cast(pl.UInt32).alias("h")
@@ -234,17 +227,7 @@ def signatures(
         idx = hashed.get_column("idx").to_numpy() + lo
         hv = _fmix(hashed.get_column("h").to_numpy(), 32)
         starts = np.flatnonzero(np.r_[True, idx[1:] != idx[:-1]])
-        # Blocks of about ``block`` shingles, cut where a text starts.
-        first = np.searchsorted(starts, np.arange(0, hv.shape[0], block))
-        cuts = np.unique(np.r_[starts[first[first < starts.shape[0]]], hv.shape[0]])
-
-        def sign(s0: int, s1: int, idx=idx, hv=hv, starts=starts) -> None:
-            local = starts[(starts >= s0) & (starts < s1)]
-            permuted = a * hv[None, s0:s1]  # (num_perm × shingles); uint32 wraps: mod 2**32
-            permuted += b
-            values[idx[local]] = np.minimum.reduceat(permuted, local - s0, axis=1).T  # rows of its own texts
-
-        parallel(sign, zip(cuts[:-1], cuts[1:], strict=True))
+        _kernels().sign(hv, np.r_[starts, hv.shape[0]], idx[starts], a, b, values)
         empty[idx[starts]] = False
     settings = (
         ("scheme", SCHEME),
@@ -259,20 +242,8 @@ def signatures(
 
 def band_keys(sig: Signatures, bands: int, rows: int) -> np.ndarray:
     """(texts × bands) uint64: one key per band, a hash of that band's ``rows`` signature values."""
-    n = len(sig)
-    keys = np.zeros((n, bands), dtype=np.uint64)
-
-    def band(j: int) -> None:
-        values = sig.values[:, j * rows : (j + 1) * rows].astype(np.uint64)
-        key = np.full(n, 0x9E3779B97F4A7C15 + j, dtype=np.uint64)
-        for c in range(0, rows, 2):  # two 32-bit values per 64-bit mixing step
-            word = values[:, c] << np.uint64(32)
-            if c + 1 < rows:
-                word |= values[:, c + 1]
-            key = _fmix(key ^ word, 64)
-        keys[:, j] = key
-
-    parallel(band, ((j,) for j in range(bands)))
+    keys = np.zeros((len(sig), bands), dtype=np.uint64)
+    _kernels().band_keys(sig.values, bands, rows, keys)
     return keys
 
 

@@ -19,7 +19,7 @@ import polars as pl
 from contrast_audit.config import ColumnMapping, NormaliseConfig
 from contrast_audit.errors import InputError
 from contrast_audit.io.readers import STDIN, STDIN_NAME, RawTable, read_raw
-from contrast_audit.normalise import normalise_expr
+from contrast_audit.normalise import normalise_expr, nothing_left
 
 # Recognised layouts, tried in order: (name, anchor, positive candidates, negative patterns).
 LAYOUTS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
@@ -227,9 +227,13 @@ def load_rows(
     return LoadResult(rows=rows, mappings=mappings, skipped=skipped, files=names, warnings=repeated_files(files))
 
 
-def _nothing_left(expr: pl.Expr, norm: NormaliseConfig) -> pl.Expr:
-    """True where a text has nothing left after normalisation (but was not blank to begin with)."""
-    return normalise_expr(expr, norm).str.strip_chars() == ""
+def _nothing_left(expr: pl.Expr, norm: NormaliseConfig, element: bool = False) -> pl.Expr:
+    """True where a text has nothing left after normalisation (but was not blank to begin with). A
+    column is checked as a whole (``normalise.nothing_left`` normalises only the texts that could
+    come out empty); an ``element`` of a list column, inside ``list.eval``, as an expression."""
+    if element:
+        return normalise_expr(expr, norm).str.strip_chars() == ""
+    return expr.map_batches(lambda texts: nothing_left(texts, norm), return_dtype=pl.Boolean)
 
 
 def _text_problem(name: str, dtype: pl.DataType, norm: NormaliseConfig) -> pl.Expr:
@@ -260,7 +264,7 @@ def _list_problem(name: str, dtype: pl.DataType, required: bool, norm: Normalise
     expr = expr.when(col.list.eval(pl.element().str.strip_chars() == "").list.any()).then(
         pl.lit(f"column '{name}' holds an empty item")
     )
-    expr = expr.when(col.list.eval(_nothing_left(pl.element(), norm)).list.any()).then(
+    expr = expr.when(col.list.eval(_nothing_left(pl.element(), norm, element=True)).list.any()).then(
         pl.lit(f"column '{name}' holds an item that is empty after normalisation")
     )
     if required:

@@ -70,7 +70,6 @@ def test_signatures_do_not_depend_on_chunking(monkeypatch):
     texts = pl.Series([" ".join(words[rng.integers(0, 8, int(k))]) for k in rng.integers(0, 9, 300)])
     whole = signatures(texts, num_perm=32, seed=1, shingle="word", ngram=2)
     monkeypatch.setattr(mh, "_SHINGLES_PER_CHUNK", 7)
-    monkeypatch.setattr(mh, "_CELLS_PER_BLOCK", 32 * 5)
     chunked = signatures(texts, num_perm=32, seed=1, shingle="word", ngram=2)
     assert np.array_equal(whole.values, chunked.values)
     assert np.array_equal(whole.empty, chunked.empty)
@@ -82,27 +81,45 @@ def test_signatures_do_not_depend_on_chunking(monkeypatch):
     assert again.values is buffer and np.array_equal(again.values, whole.values)
 
 
-def test_signing_on_one_thread_or_many_is_the_same(monkeypatch):
-    from contrast_audit import resources
+def _band_keys_numpy(sig, bands: int, rows: int) -> np.ndarray:
+    """The band keys as numpy arrays spell them: the reference for the compiled loop."""
+    keys = np.zeros((len(sig), bands), dtype=np.uint64)
+    for j in range(bands):
+        values = sig.values[:, j * rows : (j + 1) * rows].astype(np.uint64)
+        key = np.full(len(sig), 0x9E3779B97F4A7C15 + j, dtype=np.uint64)
+        for c in range(0, rows, 2):
+            word = values[:, c] << np.uint64(32)
+            if c + 1 < rows:
+                word |= values[:, c + 1]
+            key = mh._fmix(key ^ word, 64)
+        keys[:, j] = key
+    return keys
+
+
+def test_signing_on_one_thread_or_many_is_the_same():
+    import numba
 
     rng = np.random.default_rng(5)
     words = np.array(["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"])
     texts = pl.Series([" ".join(words[rng.integers(0, 8, int(k))]) for k in rng.integers(0, 12, 2000)])
-    monkeypatch.setattr(mh, "_CELLS_PER_BLOCK", 32 * 50)  # many blocks, so many threads take part
-    monkeypatch.setattr(resources, "usable_cpus", lambda: 4)
-    many = signatures(texts, num_perm=32, seed=1, shingle="word", ngram=2)
-    monkeypatch.setattr(resources, "usable_cpus", lambda: 1)
-    one = signatures(texts, num_perm=32, seed=1, shingle="word", ngram=2)
+    threads = numba.get_num_threads()
+    try:
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+        many = signatures(texts, num_perm=32, seed=1, shingle="word", ngram=2)
+        keys_many = mh.band_keys(many, 4, 8)
+        numba.set_num_threads(1)
+        one = signatures(texts, num_perm=32, seed=1, shingle="word", ngram=2)
+        keys_one = mh.band_keys(one, 5, 5)  # an odd number of rows: the last value mixed alone
+    finally:
+        numba.set_num_threads(threads)
     assert np.array_equal(many.values, one.values)
-    keys_one = mh.band_keys(one, 4, 8)
-    monkeypatch.setattr(resources, "usable_cpus", lambda: 4)
-    assert np.array_equal(mh.band_keys(many, 4, 8), keys_one)
+    assert np.array_equal(keys_many, _band_keys_numpy(one, 4, 8))
+    assert np.array_equal(keys_one, _band_keys_numpy(one, 5, 5))
     rows = rng.integers(0, 2000, 5000)
     other = rng.integers(0, 2000, 5000)
-    monkeypatch.setattr(mh, "_PAIRS_PER_BLOCK", 64)
-    assert np.array_equal(
-        many.at_least(rows, many, other, 0.5), one.jaccard(rows, one, other) * (one.jaccard(rows, one, other) >= 0.5)
-    )
+    for threshold in (0.3, 0.5, 0.9, 1.0):
+        exact = one.jaccard(rows, one, other)
+        assert np.array_equal(many.at_least(rows, many, other, threshold), exact * (exact >= threshold))
 
 
 def test_near_duplicate_found_and_unrelated_not():

@@ -1,0 +1,85 @@
+"""The MinHash inner loops, compiled with numba: signing (permute and take the minimum), band keys and
+candidate verification. Each is the loop numpy would run over a (shingles × permutations) or
+(pairs × permutations) temporary array, run instead one text or pair at a time in registers, on
+every usable core (``prange``), and stopped early where the answer is known. The arithmetic is
+datasketch's ``affine32`` scheme and the package's band-key mix, bit for bit (tested against the
+numpy formulation in ``tests/evidence/test_minhash.py``).
+
+Compiled code is cached beside this file (``cache=True``), so only a fresh install compiles (a few
+seconds, once).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+from contrast_audit.resources import usable_cpus
+
+_MASK32 = np.uint64(0xFFFFFFFF)
+# numba starts one thread per CPU of the machine; a CPU quota or affinity mask may allow fewer.
+numba.set_num_threads(max(1, min(usable_cpus(), numba.config.NUMBA_NUM_THREADS)))
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def sign(hv, starts, rows, a, b, out):  # pragma: no cover - compiled
+    """For text ``t``, shingle hashes ``hv[starts[t]:starts[t + 1]]``: ``out[rows[t], p]`` = the least
+    ``(a[p] * h + b[p]) mod 2**32`` over them."""
+    k = a.shape[0]
+    n = rows.shape[0]
+    for t in prange(n):
+        best = np.full(k, 0xFFFFFFFF, dtype=np.uint32)
+        for s in range(starts[t], starts[t + 1]):
+            h = np.uint64(hv[s])
+            for p in range(k):
+                v = np.uint32((np.uint64(a[p]) * h + np.uint64(b[p])) & _MASK32)
+                if v < best[p]:
+                    best[p] = v
+        out[rows[t], :] = best
+
+
+@njit(cache=True, inline="always")
+def _fmix64(h):  # pragma: no cover - compiled
+    h ^= h >> np.uint64(33)
+    h *= np.uint64(0xFF51AFD7ED558CCD)
+    h ^= h >> np.uint64(33)
+    h *= np.uint64(0xC4CEB9FE1A85EC53)
+    h ^= h >> np.uint64(33)
+    return h
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def band_keys(values, bands, rows, out):  # pragma: no cover - compiled
+    """``out[t, j]``: band ``j``'s key of signature ``values[t]`` (``minhash.band_keys``)."""
+    n = values.shape[0]
+    for t in prange(n):
+        for j in range(bands):
+            key = np.uint64(0x9E3779B97F4A7C15) + np.uint64(j)
+            lo = j * rows
+            for c in range(0, rows, 2):
+                word = np.uint64(values[t, lo + c]) << np.uint64(32)
+                if c + 1 < rows:
+                    word |= np.uint64(values[t, lo + c + 1])
+                key = _fmix64(key ^ word)
+            out[t, j] = key
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def equal_at_least(values, rows, other, other_rows, need, out):  # pragma: no cover - compiled
+    """``out[i]``: how many values ``values[rows[i]]`` and ``other[other_rows[i]]`` share, where that is
+    at least ``need``; 0 where it is not (the comparison stops once it cannot be)."""
+    k = values.shape[1]
+    allowed = k - need
+    n = rows.shape[0]
+    for i in prange(n):
+        x = values[rows[i]]
+        y = other[other_rows[i]]
+        miss = 0
+        p = 0
+        while p < k and miss <= allowed:
+            end = min(p + 16, k)  # a block at a time: the compare vectorises, the exit is checked per block
+            for q in range(p, end):
+                miss += x[q] != y[q]
+            p = end
+        out[i] = k - miss if miss <= allowed else 0
