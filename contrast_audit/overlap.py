@@ -43,6 +43,7 @@ from contrast_audit.embed import (
     text_keys,
 )
 from contrast_audit.errors import InputError
+from contrast_audit.evidence import minhash
 from contrast_audit.evidence.base import CERTAIN, LIKELY, SEVERITY_NAMES
 from contrast_audit.evidence.minhash import band_keys, lsh_params, signatures
 from contrast_audit.io.load import LoadResult, expand_paths, load_rows
@@ -249,8 +250,11 @@ class TargetIndex:
         }
 
     def minhash(self, norms: pl.Series, settings: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-        """(values, empty) of ``norms``' signatures, computing only texts the index lacks."""
-        tag = hashlib.sha256(repr(sorted(settings.items())).encode()).hexdigest()[:16]
+        """(values, empty) of ``norms``' signatures, computing only texts the index lacks. The shard
+        directory is named by every setting the values depend on, the shingle hash and the
+        permutation scheme included, so signatures made another way are never read back."""
+        made = {**settings, "hash": minhash.SHINGLE_HASH, "scheme": minhash.SCHEME}
+        tag = hashlib.sha256(repr(sorted(made.items())).encode()).hexdigest()[:16]
         shards = ShardCache(self.dir / f"minhash-{INDEX_FORMAT}-{tag}")
         keys = text_keys(norms.to_list(), "minhash:")
         n = keys.shape[0]

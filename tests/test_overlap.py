@@ -173,7 +173,9 @@ def test_with_existing_needs_existing_data():
         build_config({"with_existing": True})
 
 
-def test_index_is_reused_on_a_second_run(files):
+def test_index_is_reused_on_a_second_run(files, monkeypatch):
+    from contrast_audit.evidence import minhash
+
     cfg = build_config(lexical(against=[str(files["existing"])], index=str(files["index"])))
     first = audit([str(files["new"])], cfg).overlap_info
     assert first["minhash_computed"] == 6 and first["minhash_indexed"] == 0
@@ -184,6 +186,10 @@ def test_index_is_reused_on_a_second_run(files):
     write_jsonl(files["existing"], [*EXISTING, {"id": "e3", "anchor": "brand new", "positive": "Cars have wheels."}])
     third = audit([str(files["new"])], cfg).overlap_info
     assert (third["minhash_computed"], third["minhash_indexed"]) == (1, 6)
+    # Signatures made with another shingle hash (another polars version) are never read back.
+    monkeypatch.setattr(minhash, "SHINGLE_HASH", minhash.SHINGLE_HASH + " (another)")
+    fourth = audit([str(files["new"])], cfg).overlap_info
+    assert (fourth["minhash_computed"], fourth["minhash_indexed"]) == (7, 0)
     # Without the index nothing is read or written.
     off = audit([str(files["new"])], build_config(lexical(against=[str(files["existing"])], use_index=False)))
     assert off.overlap_info["minhash_computed"] == 7 and off.overlap_info["index"] is None

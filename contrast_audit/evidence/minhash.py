@@ -40,10 +40,14 @@ SCHEME = "affine32"
 SHINGLES = ("word", "char")
 MAX_HASH = np.uint32(0xFFFFFFFF)  # datasketch's empty value for affine32
 HASH_SEED = 0
-SHINGLE_HASH = f"polars {pl.__version__} hash(seed={HASH_SEED}), low 32 bits"
+SHINGLE_HASH = (
+    f"polars {pl.__version__} hash(seed={HASH_SEED}) of each token, low 32 bits, folded in order by "
+    "MurmurHash3's 64-bit finalizer, low 32 bits"
+)
+_FOLD_SEED = 0x9E3779B97F4A7C15
 MAX_BUCKET = 1000  # an LSH bucket holding more texts than this is skipped (boilerplate)
 
-_SHINGLES_PER_CHUNK = 2_000_000  # texts are shingled in chunks of about this many shingles
+_TEXTS_PER_SIGN = 131_072  # texts tokenised and signed at once
 _PAIRS_PER_BLOCK = 1 << 16  # pairs whose signatures are compared at once
 _CANDIDATES_PER_CHUNK = 4_000_000  # LSH candidate pairs expanded and verified at once
 TEXTS_PER_CHUNK = 131_072  # texts signed and banded at once by the detector
@@ -95,10 +99,52 @@ _TOKEN = {"word": r"\S+", "char": r"(?s)."}
 _JOIN = {"word": " ", "char": ""}
 
 
+def _fold(hashes: list[int]) -> int:
+    """The shingle hash of its tokens' hashes (``minhash_kernels.fold``, in Python)."""
+    mask = (1 << 64) - 1
+    h = _FOLD_SEED
+    for t in hashes:
+        h ^= t
+        h ^= h >> 33
+        h = (h * 0xFF51AFD7ED558CCD) & mask
+        h ^= h >> 33
+        h = (h * 0xC4CEB9FE1A85EC53) & mask
+        h ^= h >> 33
+    return h & 0xFFFFFFFF
+
+
 def shingle_hash(shingle: str) -> int:
-    """The 32-bit hash of one shingle, as :func:`shingles` are hashed in bulk (a ``hashfunc`` for
-    ``datasketch.MinHash``). Stable within one polars version only, so it is part of the settings."""
-    return int(pl.Series([shingle], dtype=pl.String).hash(HASH_SEED)[0]) & 0xFFFFFFFF
+    """The 32-bit hash of one shingle, as signing computes it in bulk (a ``hashfunc`` for
+    ``datasketch.MinHash``): each token (word, or character for ``char`` shingles) hashed by polars,
+    the hashes folded in order (:func:`_fold`). A word shingle's tokens are its space-separated
+    words; a shingle without a space is taken as one word (use :func:`char_shingle_hash` for character
+    shingles). Stable within one polars version only, so it is part of the settings."""
+    return _fold(_hash_tokens(shingle.split(" ")))
+
+
+def char_shingle_hash(shingle: str) -> int:
+    """:func:`shingle_hash` of a character shingle: each character is a token."""
+    return _fold(_hash_tokens(list(shingle)))
+
+
+def _hash_tokens(tokens: list[str]) -> list[int]:
+    return [int(h) & 0xFFFFFFFF for h in pl.Series(tokens, dtype=pl.String).hash(HASH_SEED).to_list()]
+
+
+def token_hashes(texts: pl.Series, shingle: str) -> tuple[np.ndarray, np.ndarray]:
+    """Every token of every text (``word``: runs of non-space characters; ``char``: characters),
+    hashed by polars (low 32 bits): the hashes in text order and the offsets where each text's
+    tokens start (one more than texts)."""
+    tok = pl.DataFrame({"text": texts.cast(pl.String)}).select(
+        pl.col("text").fill_null("").str.extract_all(_TOKEN[shingle]).alias("tok")
+    )
+    lengths = tok.select(pl.col("tok").list.len()).to_series().to_numpy()
+    hashed = tok.select(
+        (pl.col("tok").list.eval(pl.element().hash(HASH_SEED) & 0xFFFFFFFF).explode().drop_nulls()).cast(pl.UInt32)
+    )
+    offsets = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return hashed.to_series().to_numpy(), offsets
 
 
 def shingles(texts: pl.Series, shingle: str, ngram: int) -> pl.DataFrame:
@@ -211,24 +257,11 @@ def signatures(
         values = out
         values.fill(MAX_HASH)
     empty = np.ones(n, dtype=bool)
-    # Shingles per text (the token count bounds it) decide where the chunks of texts end.
-    text = pl.lit(texts.cast(pl.String)).fill_null("")
-    count = text.str.len_chars() if shingle == "char" else text.str.count_matches(_TOKEN[shingle])
-    tokens = pl.select(count).to_series().to_numpy().astype(np.int64)
-    cost = np.cumsum(np.maximum(tokens - ngram + 1, (tokens > 0).astype(np.int64)))
-    ends = np.searchsorted(cost, np.arange(_SHINGLES_PER_CHUNK, int(cost[-1]) if n else 0, _SHINGLES_PER_CHUNK))
-    bounds = np.unique(np.r_[0, ends, n])
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-        hashed = shingles(texts.slice(int(lo), int(hi - lo)), shingle, ngram).select(
-            "idx", (pl.col("shingle").hash(HASH_SEED) & 0xFFFFFFFF).cast(pl.UInt32).alias("h")
-        )
-        if hashed.height == 0:
-            continue
-        idx = hashed.get_column("idx").to_numpy() + lo
-        hv = _fmix(hashed.get_column("h").to_numpy(), 32)
-        starts = np.flatnonzero(np.r_[True, idx[1:] != idx[:-1]])
-        _kernels().sign(hv, np.r_[starts, hv.shape[0]], idx[starts], a, b, values)
-        empty[idx[starts]] = False
+    for lo in range(0, n, _TEXTS_PER_SIGN):
+        hashes, offsets = token_hashes(texts.slice(lo, _TEXTS_PER_SIGN), shingle)
+        rows = np.arange(lo, lo + offsets.shape[0] - 1, dtype=np.int64)
+        _kernels().sign_tokens(hashes, offsets, rows, ngram, a, b, values)
+        empty[rows] = offsets[1:] == offsets[:-1]
     settings = (
         ("scheme", SCHEME),
         ("hash", SHINGLE_HASH),

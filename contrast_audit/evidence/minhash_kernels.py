@@ -23,20 +23,41 @@ numba.set_num_threads(max(1, min(usable_cpus(), numba.config.NUMBA_NUM_THREADS))
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def sign(hv, starts, rows, a, b, out):  # pragma: no cover - compiled
-    """For text ``t``, shingle hashes ``hv[starts[t]:starts[t + 1]]``: ``out[rows[t], p]`` = the least
-    ``(a[p] * h + b[p]) mod 2**32`` over them."""
+def sign_tokens(hashes, offsets, rows, ngram, a, b, out):  # pragma: no cover - compiled
+    """Text ``t`` has the token hashes ``hashes[offsets[t]:offsets[t + 1]]``; each run of ``ngram``
+    of them (all of them when fewer) is one shingle, hashed by :func:`fold` and mixed by MurmurHash3's
+    32-bit finalizer (datasketch's input mix), and ``out[rows[t], p]`` is the least
+    ``(a[p] * h + b[p]) mod 2**32`` over its shingles. A text without tokens keeps its row."""
     k = a.shape[0]
     n = rows.shape[0]
     for t in prange(n):
+        lo = offsets[t]
+        m = offsets[t + 1] - lo
+        if m == 0:
+            continue
+        width = min(ngram, m)
         best = np.full(k, 0xFFFFFFFF, dtype=np.uint32)
-        for s in range(starts[t], starts[t + 1]):
-            h = np.uint64(hv[s])
+        for s in range(m - width + 1):
+            h = np.uint64(0x9E3779B97F4A7C15)
+            for q in range(width):
+                h = _fmix64(h ^ np.uint64(hashes[lo + s + q]))
+            hv = _fmix32(h & _MASK32)
             for p in range(k):
-                v = np.uint32((np.uint64(a[p]) * h + np.uint64(b[p])) & _MASK32)
+                v = np.uint32((np.uint64(a[p]) * hv + np.uint64(b[p])) & _MASK32)
                 if v < best[p]:
                     best[p] = v
         out[rows[t], :] = best
+
+
+@njit(cache=True, inline="always")
+def _fmix32(h):  # pragma: no cover - compiled
+    """MurmurHash3's 32-bit finalizer of the low 32 bits of ``h`` (a uint64), as a uint64."""
+    h ^= h >> np.uint64(16)
+    h = (h * np.uint64(0x85EBCA6B)) & _MASK32
+    h ^= h >> np.uint64(13)
+    h = (h * np.uint64(0xC2B2AE35)) & _MASK32
+    h ^= h >> np.uint64(16)
+    return h
 
 
 @njit(cache=True, inline="always")

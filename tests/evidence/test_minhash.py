@@ -14,7 +14,7 @@ from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE
 from contrast_audit.errors import ConfigError
 from contrast_audit.evidence import LIKELY
 from contrast_audit.evidence import minhash as mh
-from contrast_audit.evidence.minhash import MinHashDetector, shingle_hash, shingles, signatures
+from contrast_audit.evidence.minhash import MinHashDetector, char_shingle_hash, shingle_hash, shingles, signatures
 
 BOTTLE = "insulated stainless steel water bottle keeps drinks cold for twenty four hours"  # 12 words
 BOTTLE_LAST = "insulated stainless steel water bottle keeps drinks cold for twenty four hrs"
@@ -56,7 +56,8 @@ def test_signatures_equal_datasketch(shingle, ngram, num_perm, seed):
     sig = signatures(pl.Series(TEXTS), num_perm=num_perm, seed=seed, shingle=shingle, ngram=ngram)
     make = word_shingles if shingle == "word" else char_shingles
     for i, text in enumerate(TEXTS):
-        reference = datasketch.MinHash(num_perm=num_perm, seed=seed, hashfunc=shingle_hash)
+        hashfunc = shingle_hash if shingle == "word" else char_shingle_hash
+        reference = datasketch.MinHash(num_perm=num_perm, seed=seed, hashfunc=hashfunc)
         for s in make(text, ngram):
             reference.update(s)
         assert sig.values[i].dtype == reference.hashvalues.dtype
@@ -69,7 +70,7 @@ def test_signatures_do_not_depend_on_chunking(monkeypatch):
     words = np.array(["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"])
     texts = pl.Series([" ".join(words[rng.integers(0, 8, int(k))]) for k in rng.integers(0, 9, 300)])
     whole = signatures(texts, num_perm=32, seed=1, shingle="word", ngram=2)
-    monkeypatch.setattr(mh, "_SHINGLES_PER_CHUNK", 7)
+    monkeypatch.setattr(mh, "_TEXTS_PER_SIGN", 7)
     chunked = signatures(texts, num_perm=32, seed=1, shingle="word", ngram=2)
     assert np.array_equal(whole.values, chunked.values)
     assert np.array_equal(whole.empty, chunked.empty)
