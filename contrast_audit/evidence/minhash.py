@@ -2,9 +2,10 @@
 positive.
 
 Each distinct normalised text gets one MinHash signature over its word or character n-grams,
-computed in bulk: shingles are built and hashed as polars expressions, then datasketch's
-``affine32`` permutations (datasketch >= 2.0, its default scheme) and the per-text minimum are
-applied by a compiled loop on every core (``minhash_kernels``, numba). A signature row is identical
+computed in bulk: polars splits every text into tokens and hashes each once, then a compiled loop on
+every core (``minhash_kernels``, numba) folds each n-gram's token hashes into its shingle hash and
+applies datasketch's ``affine32`` permutations (datasketch >= 2.0, its default scheme) and the
+per-text minimum. A signature row is identical
 to the ``hashvalues`` of a ``datasketch.MinHash`` with the same ``num_perm`` and ``seed`` and
 :func:`shingle_hash` as its ``hashfunc``, updated with the same shingles.
 
@@ -100,7 +101,7 @@ _JOIN = {"word": " ", "char": ""}
 
 
 def _fold(hashes: list[int]) -> int:
-    """The shingle hash of its tokens' hashes (``minhash_kernels.fold``, in Python)."""
+    """The shingle hash of its tokens' hashes, in Python, as ``minhash_kernels.sign_tokens`` folds them."""
     mask = (1 << 64) - 1
     h = _FOLD_SEED
     for t in hashes:

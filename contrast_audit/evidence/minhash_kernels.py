@@ -1,9 +1,9 @@
-"""The MinHash inner loops, compiled with numba: signing (permute and take the minimum), band keys and
-candidate verification. Each is the loop numpy would run over a (shingles × permutations) or
-(pairs × permutations) temporary array, run instead one text or pair at a time in registers, on
-every usable core (``prange``), and stopped early where the answer is known. The arithmetic is
-datasketch's ``affine32`` scheme and the package's band-key mix, bit for bit (tested against the
-numpy formulation in ``tests/evidence/test_minhash.py``).
+"""The MinHash inner loops, compiled with numba: signing (fold token hashes into shingle hashes,
+permute, take the minimum), band keys and candidate verification. Each is the loop numpy would run
+over a (shingles × permutations) or (pairs × permutations) temporary array, run instead one text or
+pair at a time in registers, on every usable core (``prange``), and stopped early where the answer
+is known. The arithmetic is datasketch's ``affine32`` scheme and the package's band-key mix, bit
+for bit (tested against datasketch and the numpy formulation in ``tests/evidence/test_minhash.py``).
 
 Compiled code is cached beside this file (``cache=True``), so only a fresh install compiles (a few
 seconds, once).
@@ -25,8 +25,9 @@ numba.set_num_threads(max(1, min(usable_cpus(), numba.config.NUMBA_NUM_THREADS))
 @njit(parallel=True, cache=True, nogil=True)
 def sign_tokens(hashes, offsets, rows, ngram, a, b, out):  # pragma: no cover - compiled
     """Text ``t`` has the token hashes ``hashes[offsets[t]:offsets[t + 1]]``; each run of ``ngram``
-    of them (all of them when fewer) is one shingle, hashed by :func:`fold` and mixed by MurmurHash3's
-    32-bit finalizer (datasketch's input mix), and ``out[rows[t], p]`` is the least
+    of them (all of them when fewer) is one shingle, whose hash folds its token hashes in order with
+    MurmurHash3's 64-bit finalizer (``minhash.shingle_hash``) and is then mixed by the 32-bit
+    finalizer (datasketch's input mix), and ``out[rows[t], p]`` is the least
     ``(a[p] * h + b[p]) mod 2**32`` over its shingles. A text without tokens keeps its row."""
     k = a.shape[0]
     n = rows.shape[0]
