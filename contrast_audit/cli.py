@@ -551,8 +551,11 @@ def open_output(
     inputs += [str(v) for v in (settings.get("plan"), origin) if v]
     for key in ("against", "eval"):  # reference data is input too (a baseline report may be replaced)
         value = settings.get(key) or []
-        for pattern in [value] if isinstance(value, str) else value:
-            inputs += [str(p) for p in expand_paths([str(pattern)])]
+        patterns = [str(p) for p in ([value] if isinstance(value, str) else value)]
+        if patterns:
+            from contrast_audit.overlap import eval_files
+
+            inputs += [str(p) for p in (eval_files(patterns) if key == "eval" else expand_paths(patterns))]
     return OutputTarget(output, inputs=inputs, option=option)
 
 

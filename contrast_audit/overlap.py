@@ -131,7 +131,7 @@ def with_existing_rows(new: LoadResult, existing: LoadResult) -> LoadResult:
     )
 
 
-def _eval_files(patterns: Sequence[str]) -> list[Path]:
+def eval_files(patterns: Sequence[str]) -> list[Path]:
     """Eval inputs: files, globs, or BEIR directories (their queries.jsonl and corpus.jsonl)."""
     out: list[Path] = []
     rest: list[str] = []
@@ -158,7 +158,7 @@ def load_eval(
 ) -> tuple[list[str], pl.DataFrame]:
     """Eval texts from pair files, a single-text column (``text_column``) or BEIR records
     (``_id``, ``text`` and an optional ``title``); returns the files read and their texts."""
-    files = _eval_files(paths)
+    files = eval_files(paths)
     frames: list[pl.DataFrame] = []
     for path in files:
         single = _single_text_columns(path, text_column)

@@ -128,6 +128,15 @@ def test_eval_single_text_column_and_beir_layouts(tmp_path, files):
         assert (found["n3", "anchor"]["target_id"], found["n3", "anchor"]["target_role"]) == ("q7", "query")
         assert found["n0", "positive"]["target_file"] == str(beir / "corpus.jsonl")
         assert (found["n0", "positive"]["target_id"], found["n0", "positive"]["target_role"]) == ("d1", "text")
+    # The command line takes the directory too, with a report file (its inputs are checked first).
+    out = tmp_path / "report.json"
+    args = ["scan", str(files["new"]), "--no-embeddings", "--eval", str(beir), "--index", str(files["index"])]
+    run = CliRunner().invoke(app, [*args, "--format", "json", "--output", str(out), "-q"])
+    assert run.exit_code in (0, 1), run.output
+    assert {(r["row_id"], r["target"]) for r in json.loads(out.read_text())["overlaps"]} == {
+        ("n3", "eval"),
+        ("n0", "eval"),
+    }
 
 
 def test_eval_pair_data_with_its_own_columns_from_the_settings_file(tmp_path, files, monkeypatch):
