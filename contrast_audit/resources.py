@@ -16,8 +16,7 @@ import math
 import os
 import re
 import stat
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
@@ -156,17 +155,3 @@ def usable_cpus() -> int:
     except (OSError, ValueError):
         pass
     return max(1, n)
-
-
-def parallel(fn: Callable[..., None], args: Iterable[tuple]) -> None:
-    """``fn(*a)`` for every ``a`` in ``args``, on one thread per usable CPU: for numpy work, whose loops
-    release the GIL. Each call must write only its own part of the output; the first error is raised."""
-    items = list(args)
-    workers = min(usable_cpus(), len(items))
-    if workers <= 1:
-        for a in items:
-            fn(*a)
-        return
-    with ThreadPoolExecutor(workers) as pool:
-        for future in [pool.submit(fn, *a) for a in items]:
-            future.result()

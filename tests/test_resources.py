@@ -120,27 +120,5 @@ def test_the_settings_file_key(tmp_path: Path) -> None:
     assert wrong_type.exit_code == 2 and "max-memory" in wrong_type.output
 
 
-def test_parallel_runs_every_call_and_raises_the_first_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    import numpy as np
-
-    out = np.zeros(100, dtype=np.int64)
-
-    def fill(lo: int, hi: int) -> None:
-        out[lo:hi] = np.arange(lo, hi)
-
-    for cpus in (1, 3):
-        monkeypatch.setattr(resources, "usable_cpus", lambda cpus=cpus: cpus)
-        out[:] = 0
-        resources.parallel(fill, [(lo, lo + 10) for lo in range(0, 100, 10)])
-        assert out.tolist() == list(range(100))
-
-    def fail(i: int) -> None:
-        if i == 2:
-            raise ValueError("part 2")
-
-    with pytest.raises(ValueError, match="part 2"):
-        resources.parallel(fail, [(i,) for i in range(5)])
-
-
 def test_usable_cpus_is_at_least_one() -> None:
     assert resources.usable_cpus() >= 1

@@ -5,8 +5,9 @@ pair at a time in registers, on every usable core (``prange``), and stopped earl
 is known. The arithmetic is datasketch's ``affine32`` scheme and the package's band-key mix, bit
 for bit (tested against datasketch and the numpy formulation in ``tests/evidence/test_minhash.py``).
 
-Compiled code is cached beside this file (``cache=True``), so only a fresh install compiles (a few
-seconds, once).
+Compiled code is cached on disk where numba finds a writable place (beside this file, else the
+user's cache directory), so only a fresh install compiles (a few seconds, once); where it finds none
+(a read-only install and home), each process compiles afresh instead of failing.
 """
 
 from __future__ import annotations
@@ -18,11 +19,26 @@ from numba import njit, prange
 from contrast_audit.resources import usable_cpus
 
 _MASK32 = np.uint64(0xFFFFFFFF)
+
+
+def _compiled(**options):
+    """``njit`` with its machine code cached on disk, or not cached where numba has nowhere to write
+    it (it refuses to decorate then)."""
+
+    def wrap(fn):
+        try:
+            return njit(cache=True, **options)(fn)
+        except RuntimeError:  # "cannot cache function …: no locator available"
+            return njit(**options)(fn)
+
+    return wrap
+
+
 # numba starts one thread per CPU of the machine; a CPU quota or affinity mask may allow fewer.
 numba.set_num_threads(max(1, min(usable_cpus(), numba.config.NUMBA_NUM_THREADS)))
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@_compiled(parallel=True, nogil=True)
 def sign_tokens(hashes, offsets, rows, ngram, a, b, out):  # pragma: no cover - compiled
     """Text ``t`` has the token hashes ``hashes[offsets[t]:offsets[t + 1]]``; each run of ``ngram``
     of them (all of them when fewer) is one shingle, whose hash folds its token hashes in order with
@@ -50,7 +66,7 @@ def sign_tokens(hashes, offsets, rows, ngram, a, b, out):  # pragma: no cover - 
         out[rows[t], :] = best
 
 
-@njit(cache=True, inline="always")
+@_compiled(inline="always")
 def _fmix32(h):  # pragma: no cover - compiled
     """MurmurHash3's 32-bit finalizer of the low 32 bits of ``h`` (a uint64), as a uint64."""
     h ^= h >> np.uint64(16)
@@ -61,7 +77,7 @@ def _fmix32(h):  # pragma: no cover - compiled
     return h
 
 
-@njit(cache=True, inline="always")
+@_compiled(inline="always")
 def _fmix64(h):  # pragma: no cover - compiled
     h ^= h >> np.uint64(33)
     h *= np.uint64(0xFF51AFD7ED558CCD)
@@ -71,7 +87,7 @@ def _fmix64(h):  # pragma: no cover - compiled
     return h
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@_compiled(parallel=True, nogil=True)
 def band_keys(values, bands, rows, out):  # pragma: no cover - compiled
     """``out[t, j]``: band ``j``'s key of signature ``values[t]`` (``minhash.band_keys``)."""
     n = values.shape[0]
@@ -87,7 +103,7 @@ def band_keys(values, bands, rows, out):  # pragma: no cover - compiled
             out[t, j] = key
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@_compiled(parallel=True, nogil=True)
 def equal_at_least(values, rows, other, other_rows, need, out):  # pragma: no cover - compiled
     """``out[i]``: how many values ``values[rows[i]]`` and ``other[other_rows[i]]`` share, where that is
     at least ``need``; 0 where it is not (the comparison stops once it cannot be)."""

@@ -427,3 +427,21 @@ def test_minhash_imports_neither_datasketch_nor_its_optimisers_scipy(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_signing_works_where_numba_cannot_cache_its_code(tmp_path):
+    import subprocess
+    import sys
+
+    # No writable place for numba's cache (a read-only install and home): compiled in the process.
+    script = (
+        "import numba.core.caching as caching\n"
+        "caching.CacheImpl._locator_classes = []\n"
+        "import polars as pl\n"
+        "from contrast_audit.evidence.minhash import signatures\n"
+        "sig = signatures(pl.Series(['a b c d', 'a b c e']), num_perm=16, seed=1, shingle='word', ngram=2)\n"
+        "print(int(sig.values[0, 0]) > 0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"
