@@ -134,6 +134,9 @@ class MinHashConfig:
             raise ConfigError(f"minhash threshold must be in (0, 1], got {self.threshold}")
 
 
+PRECISIONS = ("fp32", "bf16")  # the model's arithmetic when it encodes (torch autocast for bf16)
+
+
 @dataclass(frozen=True)
 class EmbeddingConfig:
     """The ``embedding``, ``anchor-embedding`` and ``margin`` detectors (sentence-transformers).
@@ -159,6 +162,7 @@ class EmbeddingConfig:
     query_prompt: str = ""
     doc_prompt: str = ""
     batch_size: int = 64
+    precision: str = "fp32"
     cache_dir: str | None = None
     use_cache: bool = True
     positive_threshold: float = 0.825
@@ -175,6 +179,11 @@ class EmbeddingConfig:
     pair_threshold: float | None = None
 
     def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ConfigError(
+                f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}",
+                fix="use fp32 (exact), or bf16 on a CPU or GPU with bfloat16 arithmetic",
+            )
         if self.calibration not in ("auto", "off"):
             raise ConfigError(
                 f"calibration must be auto or off, got {self.calibration!r}", fix="--calibration auto|off"
@@ -316,6 +325,7 @@ _FILE_KEYS: dict[str, tuple[str | None, str]] = {
     "query_prompt": ("embedding", "query_prompt"),
     "doc_prompt": ("embedding", "doc_prompt"),
     "embed_batch_size": ("embedding", "batch_size"),
+    "precision": ("embedding", "precision"),
     "cache_dir": ("embedding", "cache_dir"),
     "cache": ("embedding", "use_cache"),
     "positive_threshold": ("embedding", "positive_threshold"),
@@ -368,6 +378,7 @@ SETTING_RULES: dict[str, tuple[str, float | None, float | None, bool]] = {
             "shingle",
             "model",
             "device",
+            "precision",
             "query_prompt",
             "doc_prompt",
             "cache_dir",

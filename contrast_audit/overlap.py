@@ -309,7 +309,7 @@ class Encoder:
 
         source = getattr(store, "source", None) or model_io.resolve(store.cfg.model)
         store.source = source
-        return cls(store, store.cfg.doc_prompt, source.fingerprint())
+        return cls(store, store.cfg.doc_prompt, store.vectors_id(source))
 
     def vectors(self, texts: list[str], cache: EmbeddingCache | None) -> tuple[np.ndarray, int]:
         """(vectors, how many were encoded) of ``texts``, in the cache's stored form (float16) whether
@@ -323,18 +323,16 @@ class Encoder:
         dim = cached.shape[1] if cached is not None and cached.shape[0] else None
         new = None
         if missing.size:
-            new = (
-                self.store.model()
-                .encode(
+            st = self.store.model()
+            with self.store.arithmetic(st):
+                new = st.encode(
                     [texts[i] for i in missing],
                     prompt=self.prompt or None,
                     batch_size=self.store.cfg.batch_size,
                     normalize_embeddings=True,
                     convert_to_numpy=True,
                     show_progress_bar=False,
-                )
-                .astype(np.float32)
-            )
+                ).astype(np.float32)
             dim = new.shape[1]
             if cache is not None:
                 try:

@@ -107,6 +107,7 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
             "query_prompt": ("Prompt/prefix for anchors, as in training.", None),
             "doc_prompt": ("Prompt/prefix for positives and negatives, as in training.", None),
             "embed_batch_size": ("Texts per encode batch.", None),
+            "precision": ("The model's arithmetic: fp32, or bf16 (faster on CPUs with bfloat16 instructions).", None),
             "cache_dir": (
                 "Embedding cache directory (default: $CONTRAST_AUDIT_CACHE_DIR or ~/.cache/contrast-audit).",
                 ".contrast-audit-cache",

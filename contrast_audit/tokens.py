@@ -234,19 +234,21 @@ class TokenStore:
         cached: dict[int, np.ndarray] = {}
         if self.store.cfg.use_cache:
             if self.cache is None:
-                self.cache = TokenCache(self.store.cache_root() / "tokens" / self.store.source.fingerprint()[:16])
+                self.cache = TokenCache(self.store.cache_root() / "tokens" / self.store.vectors_id()[:16])
             cached = self.cache.lookup(keys)
         for slot, mat in cached.items():
             self._keep(need[slot], ids[slot], mat)
         missing = np.array([i for i in range(len(need)) if i not in cached], dtype=np.int64)
         if missing.size:
-            encoded = self.store.model().encode(
-                [texts[i] for i in missing],
-                prompt="",  # no role prompt: its tokens would align with themselves
-                output_value="token_embeddings",
-                batch_size=self.store.cfg.batch_size,
-                show_progress_bar=False,
-            )
+            st = self.store.model()
+            with self.store.arithmetic(st):
+                encoded = st.encode(
+                    [texts[i] for i in missing],
+                    prompt="",  # no role prompt: its tokens would align with themselves
+                    output_value="token_embeddings",
+                    batch_size=self.store.cfg.batch_size,
+                    show_progress_bar=False,
+                )
             mats = []
             for m in encoded:
                 rows = m.float().cpu().numpy()

@@ -76,3 +76,43 @@ def test_paraphrase_scores_above_unrelated(tmp_path, device):
     a, p, other = c.anchor[0], c.positive[0], c.positive[1]
     sims = store.cosine(store.query, store.doc, np.array([a, a]), np.array([p, other]))
     assert sims[0] > sims[1]
+
+
+def test_bf16_vectors_are_close_to_fp32_and_cached_apart(tmp_path, monkeypatch):
+    import json
+
+    from typer.testing import CliRunner
+
+    from contrast_audit.cli import app
+    from contrast_audit.errors import ConfigError
+
+    c = corpus_of(ROWS)
+    exact = EmbeddingStore(EmbeddingConfig(cache_dir=str(tmp_path)))
+    exact.prepare(c)
+    fast = EmbeddingStore(EmbeddingConfig(cache_dir=str(tmp_path), precision="bf16"))
+    entered = []
+    arithmetic = EmbeddingStore.arithmetic
+    monkeypatch.setattr(EmbeddingStore, "arithmetic", lambda self, st: entered.append(1) or arithmetic(self, st))
+    fast.prepare(c)
+    assert len(entered) == 1  # once for all batches: autocast casts the weights again on each entry
+    monkeypatch.undo()
+    assert fast.info()["embedded"] == c.n_texts and fast.info()["cached"] == 0  # not the fp32 vectors
+    assert fast.info()["precision"] == "bf16" and exact.info()["precision"] == "fp32"
+    assert fast.vectors_id() != exact.vectors_id()
+    assert np.all(np.einsum("ij,ij->i", exact.doc, fast.doc) > 0.999)
+    again = EmbeddingStore(EmbeddingConfig(cache_dir=str(tmp_path), precision="bf16"))
+    again.prepare(c)
+    assert again.info()["cached"] == c.n_texts
+    np.testing.assert_array_equal(again.doc, fast.doc)
+    with pytest.raises(ConfigError, match="precision"):
+        EmbeddingConfig(precision="fp16")
+    # The command line and the report.
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps({"anchor": a, "positive": p}) + "\n" for a, p, *_ in ROWS), encoding="utf-8")
+    out = tmp_path / "r.json"
+    args = ["scan", str(data), "--cache-dir", str(tmp_path), "--precision", "bf16", "--format", "json", "-q"]
+    done = CliRunner().invoke(app, [*args, "--output", str(out)])
+    assert done.exit_code == 0, done.output
+    assert json.loads(out.read_text())["detectors"]["embedding"]["precision"] == "bf16"
+    bad = CliRunner().invoke(app, ["scan", str(data), "--precision", "fp16"])
+    assert bad.exit_code == 2 and "precision" in bad.output
