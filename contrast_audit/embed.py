@@ -14,7 +14,7 @@ import os
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -185,9 +185,13 @@ def _digest(array: np.ndarray) -> bytes:
     return digest.digest()
 
 
-def _equal_length_batches(st: Any, texts: list[str], prompt: str, batch_size: int) -> list[np.ndarray]:
-    """Positions of ``texts`` in batches of equal token length (prompt included, truncated as the
-    model truncates), each at most ``batch_size`` and, when the batch size allows, at least two."""
+MIN_BATCH_TOKENS = 512  # every forward pass covers at least this many tokens (see ``encode_batches``)
+
+
+def _equal_length_batches(st: Any, texts: list[str], prompt: str, batch_size: int) -> list[tuple[np.ndarray, int]]:
+    """(positions, token length) of ``texts`` in batches of equal token length (prompt included,
+    truncated as the model truncates), each of at most ``batch_size`` texts or, for texts so short
+    that such a batch covers fewer than ``MIN_BATCH_TOKENS`` tokens, of as many as reach it."""
     if not texts:
         return []
     ids = st.tokenizer(
@@ -196,11 +200,34 @@ def _equal_length_batches(st: Any, texts: list[str], prompt: str, batch_size: in
     lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(texts))
     order = np.argsort(lengths, kind="stable")
     bounds = np.flatnonzero(np.diff(lengths[order])) + 1
-    batches: list[np.ndarray] = []
+    batches: list[tuple[np.ndarray, int]] = []
     for group in np.split(order, bounds):
-        parts = -(-group.shape[0] // batch_size)  # ceil: balanced parts, none of one text unless alone
-        batches.extend(np.array_split(group, parts))
+        tokens = max(int(lengths[group[0]]), 1)
+        size = max(batch_size, -(-MIN_BATCH_TOKENS // tokens))
+        parts = -(-group.shape[0] // size)  # ceil: balanced parts
+        batches.extend((part, tokens) for part in np.array_split(group, parts))
     return batches
+
+
+def encode_batches(
+    st: Any, texts: list[str], prompt: str, batch_size: int, **encode: Any
+) -> Iterator[tuple[np.ndarray, Any]]:
+    """(positions in ``texts``, the model's outputs for them) batch by batch: ``st.encode`` of texts of
+    equal token length (no padding), every forward pass over at least ``MIN_BATCH_TOKENS`` tokens
+    (a short batch is filled up with repeats of its own texts).
+
+    CPU matrix kernels are chosen by the size of the product, and small ones (measured: under about
+    220 rows of tokens on an AVX-512 Xeon) round differently from large ones; with both rules a
+    text's vector does not depend on which other texts share its batch or how many there are, so a
+    cache filled piecemeal holds the vectors one run would compute.
+    """
+    for part, tokens in _equal_length_batches(st, texts, prompt, batch_size):
+        chunk = [texts[i] for i in part]
+        need = -(-MIN_BATCH_TOKENS // tokens)
+        if len(chunk) < need:
+            chunk = (chunk * -(-need // len(chunk)))[:need]
+        out = st.encode(chunk, prompt=prompt or None, batch_size=len(chunk), show_progress_bar=False, **encode)
+        yield part, out[: len(part)]
 
 
 def find_keys(stored: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -441,8 +468,7 @@ class EmbeddingStore:
         """Stored-form (float16) vectors of ``texts``, written to ``cache`` in shards as they are
         computed, so an interrupted run resumes where it stopped.
 
-        Texts are encoded in batches of equal token length (no padding) of at least two texts (a
-        lone text is paired with itself): a text's vector then does not depend on which other texts
+        Texts are encoded by ``encode_batches``: a text's vector does not depend on which other texts
         share its batch, so a cache filled piecemeal holds the vectors a single run would compute.
         """
         st = self.model(source)
@@ -452,18 +478,9 @@ class EmbeddingStore:
         last_flush = time.monotonic()
         done = 0
         with self.arithmetic(st):  # entered once: autocast casts the weights afresh on every entry
-            for part in _equal_length_batches(st, texts, prompt, self.cfg.batch_size):
-                chunk = [texts[i] for i in part]
-                if len(chunk) == 1 and self.cfg.batch_size > 1:
-                    chunk = chunk * 2  # a batch of one takes another code path than the others
-                vecs = st.encode(
-                    chunk,
-                    prompt=prompt or None,
-                    batch_size=len(chunk),
-                    normalize_embeddings=True,
-                    convert_to_numpy=True,
-                    show_progress_bar=False,
-                )[: len(part)]
+            for part, vecs in encode_batches(
+                st, texts, prompt, self.cfg.batch_size, normalize_embeddings=True, convert_to_numpy=True
+            ):
                 if out.shape[1] == 0:
                     out = np.zeros((len(texts), vecs.shape[1]), dtype=VECTOR_DTYPE)
                 out[part] = quantise(vecs)

@@ -38,6 +38,7 @@ from contrast_audit.embed import (
     ShardCache,
     default_cache_dir,
     dequantise,
+    encode_batches,
     find_keys,
     quantise,
     text_keys,
@@ -324,15 +325,14 @@ class Encoder:
         new = None
         if missing.size:
             st = self.store.model()
+            todo = [texts[i] for i in missing]
             with self.store.arithmetic(st):
-                new = st.encode(
-                    [texts[i] for i in missing],
-                    prompt=self.prompt or None,
-                    batch_size=self.store.cfg.batch_size,
-                    normalize_embeddings=True,
-                    convert_to_numpy=True,
-                    show_progress_bar=False,
-                ).astype(np.float32)
+                for part, vecs in encode_batches(
+                    st, todo, self.prompt, self.store.cfg.batch_size, normalize_embeddings=True, convert_to_numpy=True
+                ):
+                    if new is None:
+                        new = np.zeros((len(todo), vecs.shape[1]), dtype=np.float32)
+                    new[part] = vecs
             dim = new.shape[1]
             if cache is not None:
                 try:

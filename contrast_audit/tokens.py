@@ -28,7 +28,7 @@ import numpy as np
 
 from contrast_audit.config import PolicyConfig
 from contrast_audit.corpus import Corpus
-from contrast_audit.embed import EmbeddingStore, ShardCache, find_keys, text_keys
+from contrast_audit.embed import EmbeddingStore, ShardCache, encode_batches, find_keys, text_keys
 
 IDF_SAMPLE = 50_000
 TOKEN_PROMPT = "tokens:v1:"  # the cache key's prefix: token embeddings never collide with sentence vectors
@@ -241,19 +241,17 @@ class TokenStore:
         missing = np.array([i for i in range(len(need)) if i not in cached], dtype=np.int64)
         if missing.size:
             st = self.store.model()
+            todo = [texts[i] for i in missing]
+            mats: list[np.ndarray] = [np.zeros((0, 0), dtype=np.float16)] * len(todo)
             with self.store.arithmetic(st):
-                encoded = st.encode(
-                    [texts[i] for i in missing],
-                    prompt="",  # no role prompt: its tokens would align with themselves
-                    output_value="token_embeddings",
-                    batch_size=self.store.cfg.batch_size,
-                    show_progress_bar=False,
-                )
-            mats = []
-            for m in encoded:
-                rows = m.float().cpu().numpy()
-                rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
-                mats.append(rows.astype(np.float16))
+                # No role prompt: its tokens would align with themselves.
+                for part, encoded in encode_batches(
+                    st, todo, "", self.store.cfg.batch_size, output_value="token_embeddings"
+                ):
+                    for slot, m in zip(part, encoded, strict=True):
+                        rows = m.float().cpu().numpy()
+                        rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+                        mats[slot] = rows.astype(np.float16)
             for slot, mat in zip(missing, mats, strict=True):
                 self._keep(need[slot], ids[slot], mat)
             if self.cache is not None:

@@ -116,3 +116,32 @@ def test_bf16_vectors_are_close_to_fp32_and_cached_apart(tmp_path, monkeypatch):
     assert json.loads(out.read_text())["detectors"]["embedding"]["precision"] == "bf16"
     bad = CliRunner().invoke(app, ["scan", str(data), "--precision", "fp16"])
     assert bad.exit_code == 2 and "precision" in bad.output
+
+
+def test_a_texts_vector_does_not_depend_on_its_batch_mates(tmp_path):
+    """Small matrix products round differently from large ones on some CPUs: every forward pass
+    covers MIN_BATCH_TOKENS tokens, so one text alone, with one other or with many of its length
+    gets the same bits."""
+    from contrast_audit.embed import MIN_BATCH_TOKENS, _equal_length_batches, encode_batches
+
+    store = EmbeddingStore(EmbeddingConfig(cache_dir=str(tmp_path)))
+    store.prepare(corpus_of(ROWS))
+    st = store.model()
+    short = ["cat", "dog", "a red car", "two blue cars", "the quick brown fox jumps"]
+    texts = short * 30 + [" ".join(["word"] * 40)]
+
+    def encode(batch: list[str], size: int) -> np.ndarray:
+        out = np.zeros((len(batch), 384), dtype=np.float32)
+        for part, vecs in encode_batches(st, batch, "", size, convert_to_numpy=True, normalize_embeddings=True):
+            out[part] = vecs
+        return out
+
+    together = encode(texts, 64)
+    for i in (0, 2, 4, len(texts) - 1):
+        np.testing.assert_array_equal(encode([texts[i]], 64)[0], together[i])
+    np.testing.assert_array_equal(encode(texts[:7], 3), together[:7])
+    # Batches of very short texts grow to cover the minimum; none is split into passes below it.
+    batches = _equal_length_batches(st, texts, "", 4)
+    for part, tokens in batches:
+        alike = sum(len(p) for p, t in batches if t == tokens)
+        assert len(part) * tokens >= MIN_BATCH_TOKENS or len(part) == alike  # else filled up at encode time
