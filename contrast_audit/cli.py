@@ -7,7 +7,7 @@ import inspect
 import os
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from enum import Enum
@@ -567,12 +567,14 @@ def open_output(
     return OutputTarget(output, inputs=inputs, option=option)
 
 
-def _emit(rendered: str, target: Any) -> None:
+def _emit(rendered: str | Iterable[str], target: Any) -> None:
+    """Write a report (whole, or in pieces as they are made) to ``target``, or to stdout."""
     if target is not None:
         target.write(rendered)
-    else:
-        sys.stdout.write(rendered)
-        sys.stdout.flush()
+        return
+    for piece in (rendered,) if isinstance(rendered, str) else rendered:
+        sys.stdout.write(piece)
+    sys.stdout.flush()
 
 
 def _warn(warnings: list[str]) -> None:
@@ -630,7 +632,7 @@ def scan(
     from contrast_audit.config import build_config
     from contrast_audit.errors import ConfigError
     from contrast_audit.gate import evaluate, parse
-    from contrast_audit.report import FORMATTERS, summary_line
+    from contrast_audit.report import FORMATTERS, pieces, summary_line
 
     settings, origin = options.settings(
         format=output_format,
@@ -662,9 +664,9 @@ def scan(
             result = audit(data, cfg, progress=progress, config_file=origin)
         _warn(result.warnings)
         color = fmt == "text" and output is None and sys.stdout.isatty()
-        _emit(FORMATTERS[fmt](result, top=top, color=color), target)
+        _emit(pieces(fmt, result, top=top, color=color), target)
         for name, extra_target in extra_targets:
-            _emit(FORMATTERS[name](result, top=top, color=False), extra_target)
+            _emit(pieces(name, result, top=top, color=False), extra_target)
 
     gate = evaluate(conditions, result.metrics())
     if not quiet:

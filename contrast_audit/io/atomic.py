@@ -137,6 +137,13 @@ def remove_stale_temporaries(target: Path) -> list[Path]:
     return removed
 
 
+def _write_all(fd: int, data: str | bytes) -> None:
+    view = memoryview(data.encode("utf-8") if isinstance(data, str) else data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
 class OutputTarget:
     """One output file, checked now and written atomically later (see the module docstring).
 
@@ -215,22 +222,22 @@ class OutputTarget:
         self._fd, self._tmp = fd, tmp
 
     # -- writing --------------------------------------------------------------------------------
-    def write(self, data: str | bytes) -> None:
-        """Write the whole output: into a special file directly, else by rename over the target."""
+    def write(self, data: str | bytes | Iterable[str | bytes]) -> None:
+        """Write the whole output: into a special file directly, else by rename over the target.
+        ``data`` may come in pieces (an iterable of str or bytes), written as they come: the target
+        is replaced only after the last piece, and an error while producing one leaves it as it was."""
         if self._done:
             raise RuntimeError("an OutputTarget is written once")
-        payload = data.encode("utf-8") if isinstance(data, str) else data
+        parts = (data,) if isinstance(data, (str, bytes)) else data
         if self.special:
-            self._write_special(payload)
+            self._write_special(parts)
             self._done = True
             return
         assert self._fd is not None and self._tmp is not None
         fd, tmp = self._fd, self._tmp
         try:
-            view = memoryview(payload)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
+            for part in parts:
+                _write_all(fd, part)
             os.fsync(fd)
             os.fchmod(fd, self._mode())
             os.close(fd)
@@ -248,16 +255,14 @@ class OutputTarget:
             self.discard()
             raise
 
-    def _write_special(self, payload: bytes) -> None:
+    def _write_special(self, parts: Iterable[str | bytes]) -> None:
         try:
             fd = os.open(self.real, os.O_WRONLY | os.O_APPEND)
         except OSError as exc:
             raise self._write_error(exc) from exc
         try:
-            view = memoryview(payload)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
+            for part in parts:
+                _write_all(fd, part)
         except OSError as exc:
             raise self._write_error(exc) from exc
         finally:

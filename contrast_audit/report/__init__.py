@@ -1,8 +1,9 @@
-"""Formatters: one per output format, each ``render(result) -> str``."""
+"""Formatters: one per output format, each ``render(result) -> str``; the formats whose reports grow
+with the findings (JSON, SARIF) also write theirs in pieces (``pieces``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from contrast_audit.api import AuditResult
 from contrast_audit.report import html, json_format, markdown, sarif, text
@@ -15,6 +16,15 @@ FORMATTERS: dict[str, Callable[..., str]] = {
     "html": html.render,
     "sarif": sarif.render,
 }
+STREAMS: dict[str, Callable[..., Iterable[str]]] = {"json": json_format.chunks, "sarif": sarif.chunks}
+
+
+def pieces(fmt: str, result: AuditResult, **options: object) -> Iterable[str]:
+    """The report in ``fmt`` as pieces of text to write one after the other (the same text as
+    ``FORMATTERS[fmt]``): JSON and SARIF a slice of rows at a time, the others whole."""
+    if fmt in STREAMS:
+        return STREAMS[fmt](result, **options)
+    return (FORMATTERS[fmt](result, **options),)
 
 
 def summary_line(result: AuditResult) -> str:
@@ -44,4 +54,4 @@ def summary_line(result: AuditResult) -> str:
     )
 
 
-__all__ = ["FORMATTERS", "summary_line"]
+__all__ = ["FORMATTERS", "STREAMS", "pieces", "summary_line"]

@@ -13,7 +13,6 @@ stable order.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -22,6 +21,7 @@ from contrast_audit import __version__
 from contrast_audit.api import AuditResult
 from contrast_audit.report.common import clip, evidence_text
 from contrast_audit.report.located import RULE_BY_ID, RULE_INDEX, RULES, display_path, has_lines, located, where
+from contrast_audit.report.stream import placeholders, spliced
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 TEXT_WIDTH = 200  # characters of each data text quoted in a message
@@ -98,35 +98,43 @@ def _properties(r: dict[str, Any]) -> dict[str, Any]:
     return props
 
 
-def sarif_log(result: AuditResult, *, baseline: bool | None = None, root: Path | None = None) -> dict[str, Any]:
+RESULTS_PER_SLICE = 5_000
+
+
+def _result(r: dict[str, Any], root: Path | None, baseline: bool) -> dict[str, Any]:
+    rule = RULE_BY_ID[r["rule"]]
+    entry: dict[str, Any] = {
+        "ruleId": rule.id,
+        "ruleIndex": RULE_INDEX[rule.id],
+        "level": rule.level,
+        "message": {"text": message(r, root)},
+        "locations": [_location(r["file"], r["line"], root)],
+        "relatedLocations": [
+            {
+                "id": 1,
+                **_location(r["other_file"], r["other_line"], root, f"row {r['other_id']} ({r['other_role']})"),
+            }
+        ],
+        "partialFingerprints": {"contrastAudit/v1": _fingerprint(r)},
+        "properties": _properties(r),
+    }
+    if baseline:
+        entry["baselineState"] = "unchanged" if r["baseline"] else "new"
+    if r["masked"]:
+        entry["suppressions"] = [{"kind": "external", "status": "accepted", "justification": MASKED}]
+    return entry
+
+
+def sarif_log(
+    result: AuditResult, *, baseline: bool | None = None, root: Path | None = None, results: Any = None
+) -> dict[str, Any]:
     """The SARIF log as a dict. ``baseline``: whether a baseline report was given (default: whether
-    the scan read one, or any result is marked as in the baseline)."""
-    table = located(result)
-    if baseline is None:
-        baseline = result.baseline_file is not None or (bool(table.height) and bool(table.get_column("baseline").any()))
-    results = []
-    for r in table.iter_rows(named=True):
-        rule = RULE_BY_ID[r["rule"]]
-        entry: dict[str, Any] = {
-            "ruleId": rule.id,
-            "ruleIndex": RULE_INDEX[rule.id],
-            "level": rule.level,
-            "message": {"text": message(r, root)},
-            "locations": [_location(r["file"], r["line"], root)],
-            "relatedLocations": [
-                {
-                    "id": 1,
-                    **_location(r["other_file"], r["other_line"], root, f"row {r['other_id']} ({r['other_role']})"),
-                }
-            ],
-            "partialFingerprints": {"contrastAudit/v1": _fingerprint(r)},
-            "properties": _properties(r),
-        }
-        if baseline:
-            entry["baselineState"] = "unchanged" if r["baseline"] else "new"
-        if r["masked"]:
-            entry["suppressions"] = [{"kind": "external", "status": "accepted", "justification": MASKED}]
-        results.append(entry)
+    the scan read one, or any result is marked as in the baseline). ``results`` stands in for the
+    results list (``chunks`` passes a placeholder and writes the results in its place)."""
+    if results is None:
+        table = located(result)
+        marked = _has_baseline(result, table) if baseline is None else baseline
+        results = [_result(r, root, marked) for r in table.iter_rows(named=True)]
     c = result.counts()
     run: dict[str, Any] = {
         "tool": {
@@ -157,8 +165,28 @@ def sarif_log(result: AuditResult, *, baseline: bool | None = None, root: Path |
     return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": [run]}
 
 
+def _has_baseline(result: AuditResult, table: Any) -> bool:
+    return result.baseline_file is not None or (bool(table.height) and bool(table.get_column("baseline").any()))
+
+
 def render(result: AuditResult, *, baseline: bool | None = None, **_: object) -> str:
-    return json.dumps(sarif_log(result, baseline=baseline), indent=2, ensure_ascii=False) + "\n"
+    return "".join(chunks(result, baseline=baseline))
 
 
-__all__ = ["message", "render", "sarif_log"]
+def chunks(result: AuditResult, *, baseline: bool | None = None, root: Path | None = None, **_: object):
+    """The log's text in pieces, the results written ``RESULTS_PER_SLICE`` at a time (the same bytes
+    as ``json.dumps(sarif_log(...), indent=2)``), so memory holds one slice of result objects."""
+    table = located(result)
+    if baseline is None:
+        baseline = _has_baseline(result, table)
+    marks = placeholders(["results"])
+
+    def slices():
+        for lo in range(0, table.height, RESULTS_PER_SLICE):
+            yield [_result(r, root, baseline) for r in table.slice(lo, RESULTS_PER_SLICE).iter_rows(named=True)]
+
+    log = sarif_log(result, baseline=baseline, root=root, results=marks["results"])
+    return spliced(log, marks, {"results": slices})
+
+
+__all__ = ["chunks", "message", "render", "sarif_log"]

@@ -161,6 +161,29 @@ def test_disk_full_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.Monkey
     assert _temps(tmp_path) == []
 
 
+def test_pieces_are_written_as_they_come_and_a_failing_one_keeps_the_old_file(tmp_path: Path) -> None:
+    target = tmp_path / "r.json"
+    target.write_text("old report")
+    seen: list[int] = []
+
+    def pieces():
+        for i in range(3):
+            seen.append(os.fstat(out._fd).st_size)  # what the temporary holds before piece i
+            yield f"piece {i}\n" if i != 1 else f"piece {i}\n".encode()
+
+    out = OutputTarget(target)
+    out.write(pieces())
+    assert target.read_text() == "piece 0\npiece 1\npiece 2\n" and seen == [0, 8, 16]
+
+    def broken():
+        yield "half a report"
+        raise ValueError("formatter failed")
+
+    with pytest.raises(ValueError, match="formatter failed"):
+        OutputTarget(target).write(broken())
+    assert target.read_text() == "piece 0\npiece 1\npiece 2\n" and _temps(tmp_path) == []
+
+
 def test_disk_full_on_a_special_file_is_a_clear_error() -> None:
     if not Path("/dev/full").exists():
         pytest.skip("no /dev/full")

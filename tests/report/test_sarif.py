@@ -129,3 +129,16 @@ def test_scan_with_a_baseline_marks_sarif_results(data: Path, tmp_path: Path):
     assert states[("false-negative-certain", "a")] == "unchanged"
     assert states[("mislabelled-negative", "d")] == "unchanged"
     assert states[("false-negative-certain", "f")] == "new"  # f's positive repeats c's
+
+
+def test_sarif_is_written_in_slices_byte_for_byte(data: Path, monkeypatch: pytest.MonkeyPatch):
+    from contrast_audit.report import pieces, sarif
+
+    result = full_result(data)
+    whole = json.dumps(sarif_log(result), indent=2, ensure_ascii=False) + "\n"
+    assert len(sarif_log(result)["runs"][0]["results"]) > 3
+    monkeypatch.setattr(sarif, "RESULTS_PER_SLICE", 2)
+    parts = list(pieces("sarif", result))
+    assert len(parts) > 3 and "".join(parts) == whole == render(result)
+    empty = lexical_result(write_rows(data.parent / "one.jsonl", rows=[{"anchor": "a b c", "positive": "d e f"}]))
+    assert "".join(pieces("sarif", empty)) == json.dumps(sarif_log(empty), indent=2, ensure_ascii=False) + "\n"
