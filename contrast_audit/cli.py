@@ -376,6 +376,14 @@ EvalData = Annotated[
 EvalText = Annotated[
     str | None, _opt("The eval files hold one text per row, in this column (e.g. question).", "Reference data")
 ]
+EvalAlignment = Annotated[
+    float | None,
+    _opt(
+        "Alignment guard for matches with eval data (0 turns it off: a leak missed costs more than a false alarm; "
+        "existing data uses --alignment).  \\[default: 0]",
+        "Reference data",
+    ),
+]
 WithExisting = Annotated[
     bool | None,
     _opt(
@@ -622,6 +630,7 @@ def scan(
     against: Against = None,
     eval_data: EvalData = None,
     eval_text: EvalText = None,
+    eval_alignment: EvalAlignment = None,
     with_existing: WithExisting = None,
     index: IndexDir = None,
     use_index: UseIndex = None,
@@ -640,6 +649,7 @@ def scan(
         against=against or None,
         eval=eval_data or None,
         eval_text=eval_text,
+        eval_alignment=eval_alignment,
         with_existing=with_existing,
         index=index,
         use_index=use_index,

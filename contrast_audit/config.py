@@ -231,6 +231,8 @@ class ReferenceConfig:
     ``queries.jsonl``/``corpus.jsonl`` (files or their directory). ``index_dir``: where signatures and
     embeddings of the reference texts persist (default: ``index`` under the cache directory).
     ``with_existing``: plan the in-batch audit over new and existing rows together.
+    ``eval_alignment``: the alignment guard's bar for matches with eval data (0, the default: not
+    applied; a leak missed costs more than a false alarm), where existing data uses the scan's.
     """
 
     against: tuple[str, ...] = ()
@@ -241,8 +243,11 @@ class ReferenceConfig:
     index_dir: str | None = None
     use_index: bool = True
     with_existing: bool = False
+    eval_alignment: float = 0.0
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.eval_alignment <= 1.0:
+            raise ConfigError(f"eval_alignment must be in [0, 1], got {self.eval_alignment}")
         if self.with_existing and not self.against:
             raise ConfigError("--with-existing needs existing data", fix="name it with --against EXISTING")
 
@@ -348,6 +353,7 @@ _FILE_KEYS: dict[str, tuple[str | None, str]] = {
     "index": ("reference", "index_dir"),
     "use_index": ("reference", "use_index"),
     "with_existing": ("reference", "with_existing"),
+    "eval_alignment": ("reference", "eval_alignment"),
     "baseline": (None, "baseline"),
 }
 # Keys of the ``[tool.contrast-audit.against]`` / ``[tool.contrast-audit.eval]`` tables.
@@ -418,6 +424,7 @@ SETTING_RULES: dict[str, tuple[str, float | None, float | None, bool]] = {
     "embed_batch_size": ("int", 1, _BIG, False),
     "alignment": ("float", 0.0, 1.0, False),
     "word_order": ("float", 0.0, 1.0, False),
+    "eval_alignment": ("float", 0.0, 1.0, False),
     "alignment_match": ("float", 0.0, 1.0, True),
     "minhash_threshold": ("float", 0.0, 1.0, False),
     "positive_threshold": ("float", -1.0, 1.0, False),

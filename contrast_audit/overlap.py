@@ -413,7 +413,7 @@ class Matcher:
         if self.cfg.embedding.enabled:
             semantic.append(self._embedding(new.get_column("text"), targets.texts.get_column("text")))
         near = _combine(semantic).join(exact.select("new", "target"), on=["new", "target"], how="anti")
-        near = self._guard(near, new, targets.texts)
+        near = self._guard(near, new, targets.texts, targets.kind)
         kinds = [k for k in ("minhash", "embedding") if f"s_{k}" in near.columns]
         near = near.select(
             "new",
@@ -471,8 +471,9 @@ class Matcher:
         tv = self.index.embeddings(encoder, target.to_list())
         return neighbours(nv, tv, self.cfg.embedding.positive_threshold)
 
-    def _guard(self, near: pl.DataFrame, new: pl.DataFrame, targets: pl.DataFrame) -> pl.DataFrame:
-        """Drops near-duplicate pairs of short texts that a guard vetoes (numbers, alignment)."""
+    def _guard(self, near: pl.DataFrame, new: pl.DataFrame, targets: pl.DataFrame, kind: str) -> pl.DataFrame:
+        """Drops near-duplicate pairs of short texts that a guard vetoes (numbers, word order,
+        alignment: the scan's bar for existing data, ``eval_alignment`` for eval data)."""
         if near.height == 0:
             return near
         policy = self.cfg.policy
@@ -495,7 +496,8 @@ class Matcher:
             check = np.flatnonzero(~veto & order.short[u] & order.short[v])
             if check.size:
                 veto[check] = order.fails(u[check], v[check])
-        if self.cfg.embedding.enabled and policy.alignment_threshold > 0 and self.store is not None:
+        bar = self.cfg.reference.eval_alignment if kind == "eval" else policy.alignment_threshold
+        if self.cfg.embedding.enabled and bar > 0 and self.store is not None:
             from contrast_audit.evidence.guards import short_texts
             from contrast_audit.tokens import TokenStore
 
@@ -504,7 +506,7 @@ class Matcher:
             if check.size:
                 tokens = TokenStore(self.store, policy.alignment_match)
                 tokens.prepare(mini)
-                veto[check] = tokens.alignment(u[check], v[check]) < policy.alignment_threshold
+                veto[check] = tokens.alignment(u[check], v[check]) < bar
                 tokens.finish()
                 self.info["token_texts_encoded"] = tokens.stats["token_texts_encoded"]
         self.info["vetoed"] = self.info.get("vetoed", 0) + int(veto.sum())

@@ -152,6 +152,11 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
                 {"anchor": "query", "positive": "passage"},
             ),
             "eval_text": ("The eval files hold one text per row, in this column.", "question"),
+            "eval_alignment": (
+                "Alignment guard for matches with eval data (0: off, a leak missed costs more than a false alarm; "
+                "existing data uses alignment).",
+                None,
+            ),
             "with_existing": ("Plan the in-batch audit over new and existing rows together.", None),
             "index": (
                 "Directory of the reference index (default: index/ under the cache directory).",

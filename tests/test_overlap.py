@@ -339,6 +339,37 @@ def test_embedding_overlaps_are_found_guarded_and_indexed(tmp_path):
     assert rerun["0", "anchor"]["evidence"] == found["0", "anchor"]["evidence"]
 
 
+@pytest.mark.slow
+def test_eval_matches_skip_the_alignment_guard_unless_asked(tmp_path):
+    """A sentence plus a clause (cosine 0.88, alignment under 0.8) leaks the eval text it extends; the
+    same text in existing data is no overlap (the scan's alignment bar), nor a leak at --eval-alignment 0.8."""
+    sosa = "Cubs outfielder Sammy Sosa was suspended for using a corked bat"
+    guitar = "On the street a man plays his guitar"
+    old = write_jsonl(
+        tmp_path / "old.jsonl", [{"anchor": sosa, "positive": "Sure."}, {"anchor": guitar, "positive": "Sound."}]
+    )
+    queries = write_jsonl(tmp_path / "queries.jsonl", [{"_id": "q1", "text": sosa}, {"_id": "q2", "text": guitar}])
+    new = write_jsonl(
+        tmp_path / "new.jsonl",
+        [
+            {
+                "anchor": "Sammy Sosa was suspended for using a corked bat, and he immediately appealed",
+                "positive": "Yes.",
+            },
+            {"anchor": "A man is playing a guitar on the street", "positive": "Music."},
+        ],
+    )
+    settings = {"minhash": False, "against": [str(old)], "eval": [str(queries)], "use_index": False}
+    found = {(r["row_id"], r["target"]) for r in audit([str(new)], build_config(settings)).overlaps_table().to_dicts()}
+    assert found == {("0", "eval"), ("1", "eval"), ("1", "existing")}
+    strict = audit([str(new)], build_config({**settings, "eval_alignment": 0.8}))
+    assert {(r["row_id"], r["target"]) for r in strict.overlaps_table().to_dicts()} == {
+        ("1", "eval"),
+        ("1", "existing"),
+    }
+    assert strict.report()["config"]["reference"]["eval_alignment"] == 0.8
+
+
 def test_reference_tables_in_the_settings_file(tmp_path):
     from contrast_audit.config import ColumnMapping, load_config_file
     from contrast_audit.errors import ConfigError
