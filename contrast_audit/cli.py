@@ -259,7 +259,7 @@ EmbedBatch = Annotated[int | None, _opt("Texts per encode batch.  \\[default: 64
 Precision = Annotated[
     str | None,
     _opt(
-        "The model's arithmetic: fp32, or bf16 (torch autocast; about 1.7x faster on CPUs with bfloat16 instructions, slower on others; cached apart from fp32 vectors).  \\[default: fp32]",
+        "The model's arithmetic: fp32, or bf16 (torch autocast; 1.7-2.4x faster on CPUs with bfloat16 instructions, slower on others; cached apart from fp32 vectors).  \\[default: fp32]",
         "Embeddings",
     ),
 ]

@@ -450,7 +450,7 @@ class EmbeddingStore:
 
     def arithmetic(self, st: Any):
         """The context the model encodes in: as it is for fp32; torch autocast to bfloat16 for bf16 (on
-        CPUs with bfloat16 instructions about 1.7× faster, vectors within 1e-4 cosine: docs/benchmarks.md)."""
+        CPUs with bfloat16 instructions 1.7–2.4× faster, vectors within 1e-4 cosine: docs/benchmarks.md)."""
         if self.cfg.precision == "fp32":
             return contextlib.nullcontext()
         import torch
