@@ -203,6 +203,14 @@ NumberGuardOpt = Annotated[
         "Evidence",
     ),
 ]
+EntityGuardOpt = Annotated[
+    int | None,
+    _opt(
+        "Short texts (at most N words) that each name something the other does not (a place, product, person or "
+        "language: 'in New Jersey' / 'in Wisconsin') are never near-duplicates; 0 turns this off.  \\[default: 50]",
+        "Evidence",
+    ),
+]
 Alignment = Annotated[
     float | None,
     _opt(
@@ -288,7 +296,12 @@ AbsoluteMargin = Annotated[
     float | None, _opt("Margin rule sim(a, c) > sim(a, p) - margin; replaces --relative-margin.", "Embeddings")
 ]
 MarginSupport = Annotated[
-    float | None, _opt("Cosine to the positive that makes a margin finding likely.  \\[default: 0.65]", "Embeddings")
+    float | None,
+    _opt(
+        "Cosine to the positive that makes a margin finding likely in query->document rows (off by default: "
+        "margin findings are suspect, docs/quality.md).",
+        "Embeddings",
+    ),
 ]
 RelativeMargin = Annotated[
     float | None,
@@ -297,9 +310,9 @@ RelativeMargin = Annotated[
 MarginDocRatio = Annotated[
     float | None,
     _opt(
-        "Margin findings are likely only in rows whose positive has this many times the anchor's words (3 raises "
-        "precision on paraphrase and caption data at a large cost in recall: docs/quality.md); 0 turns this off.  "
-        "\\[default: 0]",
+        "Margin findings are likely only in query->document rows, whose positive has at least this many times the "
+        "anchor's words; elsewhere (paraphrases, captions) the rule only says 'same topic' and stays suspect "
+        "(docs/quality.md); 0 lets it be likely in any row.  \\[default: 3]",
         "Embeddings",
     ),
 ]
@@ -328,6 +341,26 @@ CalibrationFloor = Annotated[
 ]
 PairThreshold = Annotated[
     float | None, _opt("Fixed pair bar for every role pairing; wins over calibration.", "Embeddings")
+]
+VerifierOpt = Annotated[
+    str | None,
+    _opt(
+        "A local sentence-transformers CrossEncoder directory (one output: a duplicate-question, STS or relevance "
+        "model) that rescores the likely and suspect findings: likely at or above its bar, suspect below.",
+        "Embeddings",
+    ),
+]
+VerifierThreshold = Annotated[
+    float | None,
+    _opt("The verifier's bar, fixed; by default calibrated from its scores on the data's own pairs.", "Embeddings"),
+]
+VerifierQuantile = Annotated[
+    float | None,
+    _opt(
+        "Quantile of the verifier's scores on the data's own pairs that sets its bar (never under the 0.99 quantile "
+        "of random pairs).  \\[default: 0.5]",
+        "Embeddings",
+    ),
 ]
 OnBad = Annotated[
     OnBadRow | None,
@@ -433,6 +466,7 @@ AUDIT_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("directions", Directions),
     ("max_hops", MaxHops),
     ("number_guard", NumberGuardOpt),
+    ("entity_guard", EntityGuardOpt),
     ("alignment", Alignment),
     ("alignment_words", AlignmentWords),
     ("alignment_match", AlignmentMatch),
@@ -463,6 +497,9 @@ AUDIT_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("calibration_quantile", CalibrationQuantile),
     ("calibration_floor", CalibrationFloor),
     ("pair_threshold", PairThreshold),
+    ("verifier", VerifierOpt),
+    ("verifier_threshold", VerifierThreshold),
+    ("verifier_quantile", VerifierQuantile),
     ("on_bad_row", OnBad),
     ("max_memory", MaxMemory),
 )

@@ -97,9 +97,12 @@ class PolicyConfig:
     match in the other text reaches ``alignment_match`` cosine (0: soft, BERTScore-style). Word-order
     guard (no model needed): short texts whose shared words come in a different order
     (``evidence.guards.word_order`` below ``word_order_threshold``) are not near-duplicates; 0 turns
-    it off. Both guards count texts of at most ``alignment_words`` words as short."""
+    it off. Both guards count texts of at most ``alignment_words`` words as short. Entity guard (no
+    model needed): short texts (at most ``entity_guard_words`` words) that each name something the
+    other does not ("… in New Jersey?" / "… in Wisconsin?") are not near-duplicates; 0 turns it off."""
 
     number_guard_words: int = 50
+    entity_guard_words: int = 50
     alignment_threshold: float = 0.8
     alignment_words: int = 50
     alignment_match: float = 0.7
@@ -108,6 +111,8 @@ class PolicyConfig:
     def __post_init__(self) -> None:
         if self.number_guard_words < 0:
             raise ConfigError(f"number-guard must be >= 0 words (0 turns it off), got {self.number_guard_words}")
+        if self.entity_guard_words < 0:
+            raise ConfigError(f"entity-guard must be >= 0 words (0 turns it off), got {self.entity_guard_words}")
         if not 0.0 <= self.alignment_threshold <= 1.0:
             raise ConfigError(f"alignment must be in [0, 1] (0 turns it off), got {self.alignment_threshold}")
         if not 0.0 <= self.word_order_threshold <= 1.0:
@@ -146,14 +151,17 @@ class EmbeddingConfig:
     ``anchor_threshold``: cosine between two rows' anchors at which one row's positive answers the
     other's anchor: ``likely``. The margin rule, ``sim(a, c) > sim(a, p) * (1 - relative_margin)``
     or ``sim(a, c) > sim(a, p) - absolute_margin`` (GISTEmbedLoss / mine_hard_negatives vocabulary),
-    is ``likely`` when the candidate is also within ``margin_support`` cosine of the positive, and
-    ``suspect`` alone; ``margin = true`` reports those suspects too. With ``margin_doc_ratio`` above 0
-    it is ``likely`` only in query→document rows, whose positive has at least that many times the
-    anchor's words (off by default: docs/quality.md shows the precision it buys and the recall it costs).
+    is ``suspect``: it says "same topic", and read by a person its findings are false negatives well
+    under half of the time on every measured genre (docs/quality.md); ``margin = true`` reports them.
+    ``margin_support`` (off by default) makes it ``likely`` when the candidate is also within that
+    cosine of the positive, in query→document rows only (the positive has at least ``margin_doc_ratio``
+    times the anchor's words; 0 lets any row count).
     ``pair_evidence`` (off by default): compare two rows through their four cross cosines (``pair`` evidence) against
     bars that ``calibration = "auto"`` derives from the data's own anchor–positive cosines (at
     ``calibration_quantile``, never under ``calibration_floor``; see ``contrast_audit.calibration``);
-    ``"off"`` or an explicit ``pair_threshold`` fixes every bar.
+    ``"off"`` or an explicit ``pair_threshold`` fixes every bar. ``verifier``: a local CrossEncoder
+    directory that rescores the likely and suspect findings (``evidence.verifier``), against
+    ``verifier_threshold`` or the ``verifier_quantile`` of its scores on the data's own pairs.
     """
 
     enabled: bool = True
@@ -168,17 +176,22 @@ class EmbeddingConfig:
     positive_threshold: float = 0.825
     anchor_threshold: float = 0.825
     margin: bool = False
-    margin_support: float = 0.65
+    margin_support: float | None = None
     absolute_margin: float | None = None
     relative_margin: float | None = 0.25
-    margin_doc_ratio: float = 0.0
+    margin_doc_ratio: float = 3.0
     pair_evidence: bool = False
     calibration: str = "auto"
     calibration_quantile: float = 0.9
     calibration_floor: float = 0.5
     pair_threshold: float | None = None
+    verifier: str | None = None
+    verifier_threshold: float | None = None
+    verifier_quantile: float = 0.5
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.verifier_quantile <= 1.0:
+            raise ConfigError(f"verifier-quantile must be in [0, 1], got {self.verifier_quantile}")
         if self.precision not in PRECISIONS:
             raise ConfigError(
                 f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}",
@@ -190,7 +203,7 @@ class EmbeddingConfig:
             )
         for name in ("positive_threshold", "anchor_threshold", "margin_support", "calibration_floor"):
             value = getattr(self, name)
-            if not -1.0 <= value <= 1.0:
+            if value is not None and not -1.0 <= value <= 1.0:
                 raise ConfigError(f"{name.replace('_', '-')} is a cosine similarity in [-1, 1], got {value}")
         if self.batch_size < 1:
             raise ConfigError(f"embedding batch size must be >= 1, got {self.batch_size}")
@@ -314,6 +327,7 @@ _FILE_KEYS: dict[str, tuple[str | None, str]] = {
     "strategy": (None, "strategy"),
     "mask_severity": (None, "mask_severity"),
     "number_guard": ("policy", "number_guard_words"),
+    "entity_guard": ("policy", "entity_guard_words"),
     "alignment": ("policy", "alignment_threshold"),
     "alignment_words": ("policy", "alignment_words"),
     "alignment_match": ("policy", "alignment_match"),
@@ -345,6 +359,9 @@ _FILE_KEYS: dict[str, tuple[str | None, str]] = {
     "calibration_quantile": ("embedding", "calibration_quantile"),
     "calibration_floor": ("embedding", "calibration_floor"),
     "pair_threshold": ("embedding", "pair_threshold"),
+    "verifier": ("embedding", "verifier"),
+    "verifier_threshold": ("embedding", "verifier_threshold"),
+    "verifier_quantile": ("embedding", "verifier_quantile"),
     "against": ("reference", "against"),
     "eval": ("reference", "eval"),
     "against_columns": ("reference", "against_columns"),
@@ -389,6 +406,7 @@ SETTING_RULES: dict[str, tuple[str, float | None, float | None, bool]] = {
             "doc_prompt",
             "cache_dir",
             "calibration",
+            "verifier",
         ),
         ("str", None, None, False),
     ),
@@ -417,6 +435,7 @@ SETTING_RULES: dict[str, tuple[str, float | None, float | None, bool]] = {
     "epochs": ("int", 1, 100_000, False),
     "world_size": ("int", 1, 1_000_000, False),
     "number_guard": ("int", 0, _BIG, False),
+    "entity_guard": ("int", 0, _BIG, False),
     "alignment_words": ("int", 1, _BIG, False),
     "num_perm": ("int", 1, 65_536, False),
     "ngram": ("int", 1, 1000, False),
@@ -436,6 +455,8 @@ SETTING_RULES: dict[str, tuple[str, float | None, float | None, bool]] = {
     "calibration_quantile": ("float", 0.0, 1.0, False),
     "calibration_floor": ("float", -1.0, 1.0, False),
     "pair_threshold": ("float", -1.0, 1.0, False),
+    "verifier_threshold": ("float", None, None, False),
+    "verifier_quantile": ("float", 0.0, 1.0, False),
 }
 
 

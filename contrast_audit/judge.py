@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 
 from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, Corpus
-from contrast_audit.evidence import SEVERITY_NAMES, Detector, Pairs
+from contrast_audit.evidence import CERTAIN, SEVERITY_NAMES, Detector, Pairs
 from contrast_audit.evidence.blocks import BatchBlock, Slots
 from contrast_audit.plan import GlobalBatches
 
@@ -91,17 +91,41 @@ def _chunks(gb: GlobalBatches, width: int) -> list[tuple[int, int]]:
 
 def evaluate(detectors: Sequence[Detector], pairs: Pairs) -> tuple[np.ndarray, np.ndarray, list]:
     """Run every detector on the candidate pairs: (found, highest severity or -1, each detector's hits)."""
-    hits = [d.detect(pairs) for d in detectors]
+    hits = [d.detect(pairs) for d in detectors if not hasattr(d, "verify")]
     found = np.zeros(len(pairs), dtype=bool)
     severity = np.full(len(pairs), -1, dtype=np.int8)
     for h in hits:
         found |= h.mask
         severity = np.where(h.mask, np.maximum(severity, h.severity), severity)
+    # A verifier (a cross-encoder) rescores what is found short of certain: its verdict is the severity.
+    for v in (d for d in detectors if hasattr(d, "verify")):
+        checked = found & (severity < CERTAIN)
+        h = v.verify(pairs, checked)
+        severity = np.where(checked, h.severity, severity)
+        hits.append(h)
     return found, severity, hits
+
+
+def severity_rules(hits: list, severity: np.ndarray, found: np.ndarray) -> pl.Series:
+    """For each found pair, the rule that set its severity: that of the first detector (in the
+    registry's order) whose evidence reaches the pair's severity."""
+    names: list[str] = []
+    offset = np.zeros(len(hits), dtype=np.int64)
+    for i, h in enumerate(hits):
+        offset[i] = len(names)
+        names += h.rule_names()
+    code = np.full(found.shape[0], -1, dtype=np.int64)
+    # A verifier's verdict is the severity of every pair it scored.
+    for i in sorted(range(len(hits)), key=lambda i: hits[i].kind != "verifier"):
+        h = hits[i]
+        take = h.mask & (code < 0) & (h.severity == severity)
+        code[take] = offset[i] + (0 if h.rule is None else h.rule[take])
+    return pl.Series("severity_rule", names, dtype=pl.String).gather(code[found])
 
 
 def _frame(columns: dict[str, np.ndarray], hits: list, found: np.ndarray) -> pl.DataFrame:
     data = {name: values[found] for name, values in columns.items()}
+    data["severity_rule"] = severity_rules(hits, columns["severity_rank"], found)
     for idx, h in enumerate(hits):
         data[f"hit_{idx}"] = h.mask[found]
         data[f"score_{idx}"] = h.score[found]
@@ -229,6 +253,7 @@ def _finish(frames: list[pl.DataFrame], directions: Sequence[str]) -> pl.DataFra
             "cand_tid",
             "severity",
             "severity_rank",
+            "severity_rule",
             "evidence",
         )
         .with_columns(pl.lit(False).alias("masked"), pl.lit(False).alias("baseline"))
@@ -248,6 +273,7 @@ def empty_findings() -> pl.DataFrame:
             "cand_tid": pl.Int64,
             "severity": _SEVERITY,
             "severity_rank": pl.Int8,
+            "severity_rule": pl.String,
             "evidence": evidence,
             "masked": pl.Boolean,
             "baseline": pl.Boolean,
@@ -259,7 +285,15 @@ def mislabelled_negatives(corpus: Corpus, detectors: Sequence[Detector]) -> pl.D
     """Each row's own hard negatives, judged against that row's anchor and positive."""
     rows_idx, slot = np.nonzero(corpus.negatives >= 0)
     empty = empty_findings().select(
-        "anchor_row", "cand_role", "cand_tid", "severity", "severity_rank", "evidence", "masked", "baseline"
+        "anchor_row",
+        "cand_role",
+        "cand_tid",
+        "severity",
+        "severity_rank",
+        "severity_rule",
+        "evidence",
+        "masked",
+        "baseline",
     )
     if rows_idx.shape[0] == 0:
         return empty

@@ -115,7 +115,7 @@ _SCHEMA = {
 
 def _join_findings(result: AuditResult, table: pl.DataFrame) -> pl.DataFrame:
     keys = ["batch", "direction", "anchor_row", "cand_row", "cand_role"]
-    flags = result.findings.select(*keys, pl.col("severity").cast(pl.String), "evidence")
+    flags = result.findings.select(*keys, pl.col("severity").cast(pl.String), "severity_rule", "evidence")
     joined = table.join(flags, on=keys, how="left", maintain_order="left")
     return joined.with_columns(pl.col("severity").is_not_null().alias("flagged"))
 
@@ -135,6 +135,7 @@ def _records(result: AuditResult, table: pl.DataFrame) -> list[dict]:
         pl.col("margin").round(6),
         "flagged",
         "severity",
+        "severity_rule",
         "evidence",
         "anchor_text",
         "positive_text",

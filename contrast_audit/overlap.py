@@ -488,6 +488,14 @@ class Matcher:
             guard = NumberGuard(policy.number_guard_words)
             guard.prepare(mini)
             veto |= guard.disagree(u, v)
+        if policy.entity_guard_words > 0:
+            from contrast_audit.evidence.guards import EntityGuard
+
+            entity = EntityGuard(policy.entity_guard_words)
+            entity.prepare(mini)
+            check = np.flatnonzero(~veto)
+            if check.size:
+                veto[check] = entity.disagree(u[check], v[check])
         if policy.word_order_threshold > 0:
             from contrast_audit.evidence.guards import OrderGuard
 

@@ -86,6 +86,10 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
                 "Short texts (at most N words) whose numbers differ are never near-duplicates; 0: off.",
                 None,
             ),
+            "entity_guard": (
+                "Short texts (at most N words) that each name something the other does not are never near-duplicates; 0: off.",
+                None,
+            ),
             "alignment": ("Token alignment below which short texts are never near-duplicates; 0: off.", None),
             "alignment_words": (
                 "Texts of at most N words count as short for the alignment and word-order guards.",
@@ -116,7 +120,10 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
             "positive_threshold": ("Cosine to the anchor's positive at which a candidate is a near-duplicate.", None),
             "anchor_threshold": ("Cosine between two anchors at which each row's positive answers the other.", None),
             "margin": ("Also report margin-only findings (suspect).", None),
-            "margin_support": ("Cosine to the positive that makes a margin finding likely.", None),
+            "margin_support": (
+                "Cosine to the positive that makes a margin finding likely in query->document rows (off: suspect).",
+                0.65,
+            ),
             "relative_margin": ("Margin rule sim(a, c) > sim(a, p) * (1 - margin).", None),
             "absolute_margin": ("Margin rule sim(a, c) > sim(a, p) - margin; replaces relative_margin.", 0.1),
             "margin_doc_ratio": (
@@ -128,6 +135,12 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
             "calibration_quantile": ("Quantile of the rows' own anchor-positive cosines that sets the pair bar.", None),
             "calibration_floor": ("No calibrated pair bar goes under this cosine.", None),
             "pair_threshold": ("Fixed pair bar for every role pairing; wins over calibration.", 0.85),
+            "verifier": (
+                "A local CrossEncoder directory that rescores likely and suspect findings.",
+                "models/my-cross-encoder",
+            ),
+            "verifier_threshold": ("The verifier's bar, fixed; by default calibrated from the data's own pairs.", 0.5),
+            "verifier_quantile": ("Quantile of the verifier's scores on the data's own pairs that sets its bar.", None),
         },
     ),
     (

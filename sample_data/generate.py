@@ -215,7 +215,7 @@ def planted_rows() -> tuple[list[dict], list[dict]]:
             "sso",
             "SSO login loops back to the sign-in page",
             "Single sign-on keeps redirecting me to login",
-            "After SAML setup the login page reloads endlessly",
+            "After SAML setup the single sign-on page keeps redirecting to login",
         ),
     ]
     for key, x, y, z in chains:

@@ -46,17 +46,35 @@ def run(*args: str):
 
 def test_scan_reports_paraphrased_answers_with_embedding_evidence(pairs_file):
     # Reworded answers to reworded questions: their tokens align too little for a near-duplicate
-    # claim between short texts, so the margin rule (a relevance claim, corroborated) reports them;
-    # without the alignment and word-order guards the embedding detectors do too (the answers'
-    # shared words come in another order: "link" and "email" swap places).
+    # claim between short texts. The two anchors paraphrase each other (anchor-embedding: suspect, the
+    # candidate itself is not compared); the margin rule reports the pair only with --margin (suspect)
+    # or, corroborated by --margin-support, as likely. Without the alignment and word-order guards the
+    # embedding detector does too (the answers' shared words come in another order: "link" and
+    # "email" swap places).
     path = pairs_file(ROWS)
     result = run("scan", str(path), "--batch-size", "8", "--format", "json", "-q")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     pairs = {(f["anchor_id"], f["candidate_id"]): f for f in report["findings"]}
     finding = pairs[("pw", "pw2")]
-    kinds = {e["kind"] for e in finding["evidence"]}
-    assert kinds & {"embedding", "anchor-embedding", "margin"} and finding["severity"] == "likely"
+    assert finding["severity"] == "suspect" and finding["severity_rule"] == "anchor-embedding"
+    supported = json.loads(
+        run(
+            "scan",
+            str(path),
+            "--batch-size",
+            "8",
+            "--format",
+            "json",
+            "-q",
+            "--margin-support",
+            "0.65",
+            "--margin-doc-ratio",
+            "0",
+        ).stdout
+    )
+    finding = {(f["anchor_id"], f["candidate_id"]): f for f in supported["findings"]}[("pw", "pw2")]
+    assert finding["severity"] == "likely" and finding["severity_rule"].startswith("margin: within the margin and")
     unaligned = json.loads(
         run(
             "scan", str(path), "--batch-size", "8", "--format", "json", "-q", "--alignment", "0", "--word-order", "0"
@@ -92,7 +110,7 @@ def test_negatives_lists_scores_margins_and_flags(pairs_file):
     assert scores == sorted(scores, reverse=True)
     top = rows[0]
     assert {top["anchor_id"], top["candidate_id"]} == {"pw", "pw2"}
-    assert top["flagged"] is True and top["severity"] == "likely"
+    assert top["flagged"] is True and top["severity"] == "suspect" and top["severity_rule"] == "anchor-embedding"
     assert abs(top["margin"] - (top["candidate_score"] - top["positive_score"])) < 1e-5
     assert all(set(r) >= {"anchor_text", "positive_text", "candidate_text", "evidence"} for r in rows)
 

@@ -53,12 +53,14 @@ def test_json_report_contract(pairs_file):
         "candidate_id",
         "candidate_role",
         "severity",
+        "severity_rule",
         "evidence",
         "masked",
         "baseline",
         "anchor_text_hash",
         "candidate_text_hash",
     }
+    assert finding["severity_rule"] == "exact"
     assert finding["masked"] is False and finding["baseline"] is False
     assert finding["evidence"] == [{"kind": "exact", "score": 1.0, "threshold": 1.0}]
     (mislabelled,) = report["mislabelled_negatives"]
@@ -67,6 +69,7 @@ def test_json_report_contract(pairs_file):
         "row_id": "d",
         "negative": "negative_1",
         "severity": "certain",
+        "severity_rule": "exact",
         "evidence": [{"kind": "exact", "score": 1.0, "threshold": 1.0}],
         "masked": False,
         "baseline": False,

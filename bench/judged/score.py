@@ -62,9 +62,8 @@ def score_set(name: str, judged: dict[str, dict], args: argparse.Namespace) -> d
     extra = shlex.split(args.scan_args)
     findings: list[dict] = []
     for seed in args.seeds:
-        report = run(
-            [*scan_command(), "scan", str(pairs), *plan_args(seed), *extra], args.work / name / f"score-{seed}.json"
-        )
+        command = shlex.split(args.scan_cmd) if args.scan_cmd else scan_command()
+        report = run([*command, "scan", str(pairs), *plan_args(seed), *extra], args.work / name / f"score-{seed}.json")
         findings += findings_with_texts(report, rows)
     return tally(name, findings, judged, args.seeds)
 
@@ -83,15 +82,15 @@ def tally(name: str, findings: list[dict], judged: dict[str, dict], seeds: list[
     count = Counter(f["severity"] for f in reported.values())
     for f in reported.values():
         if f["severity"] in GATED:
-            count["labels" if by_construction(f["severity_rule"]) else "evidence"] += 1
+            count["labels" if by_construction(f.get("severity_rule")) else "evidence"] += 1
     for key, f in reported.items():
         j = mine.get(key)
         if j is None:
             continue
         by_sev[f["severity"]][j["label"]] += 1
         if f["severity"] in GATED:
-            by_sev["labels" if by_construction(f["severity_rule"]) else "evidence"][j["label"]] += 1
-            by_rule[f["severity_rule"]][j["label"]] += 1
+            by_sev["labels" if by_construction(f.get("severity_rule")) else "evidence"][j["label"]] += 1
+            by_rule[f.get("severity_rule") or "(not recorded)"][j["label"]] += 1
     equivalent = [k for k, j in mine.items() if j["label"] == "EQUIVALENT" and j["sampled_as"]["seed"] in seeds]
     kept = sum(1 for k in equivalent if k in reported and reported[k]["severity"] in GATED)
     return {
@@ -163,6 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
     p.add_argument("--scan-args", default="", help="extra scan flags (the defaults otherwise)")
     p.add_argument("--out", type=Path, help="also write the tables here")
+    p.add_argument(
+        "--scan-cmd",
+        help='another scan executable, e.g. "env PYTHONPATH=/tmp/old .venv/bin/contrast-audit" to score a snapshot',
+    )
     args = p.parse_args(argv)
     judged = read_judgments()
     results = [score_set(name, judged, args) for name in args.sets]

@@ -65,11 +65,14 @@ class Finding:
 
 
 def findings_from_report(report: dict) -> list[Finding]:
-    """The report's query_to_doc findings against other rows' positives."""
+    """The report's query_to_doc findings against other rows' positives, at the severities a gate and a
+    manifest act on (``likely`` and ``certain``; suspects are reported, not acted on)."""
     return [
         Finding(str(f["anchor_id"]), str(f["candidate_id"]), frozenset(e["kind"] for e in f.get("evidence", ())))
         for f in report.get("findings", ())
-        if f.get("direction") == SCAN_DIRECTION and f.get("candidate_role") == SCAN_ROLE
+        if f.get("direction") == SCAN_DIRECTION
+        and f.get("candidate_role") == SCAN_ROLE
+        and f.get("severity", "likely") != "suspect"
     ]
 
 

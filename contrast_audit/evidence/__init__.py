@@ -53,8 +53,6 @@ def default_detectors(
         SameAnchorDetector(),
         DeclaredDetector(),
     ]
-    if cfg.link.max_hops > 0:
-        detectors.append(LinkedDetector(cfg.link.max_hops))
     semantic: list[Detector] = []
     store = margin = pair = None
     if cfg.minhash.enabled:
@@ -78,6 +76,16 @@ def default_detectors(
                 e.pair_threshold,
                 e.positive_threshold,
             )
+    if cfg.link.max_hops > 0:
+        detectors.append(LinkedDetector(cfg.link.max_hops, store))
+    if cfg.embedding.verifier:
+        from contrast_audit.evidence.verifier import Verifier
+
+        e = cfg.embedding
+        verifiers = [Verifier(e.verifier, e.verifier_threshold, e.verifier_quantile, device=e.device)]
+        verifiers[0].check()
+    else:
+        verifiers = []
     from contrast_audit.evidence.guards import Guarded
 
     numbers, aligned = _guards(cfg, store)
@@ -90,11 +98,11 @@ def default_detectors(
     # alike (two captions of one image rarely are): the number guard only, like the margin rule.
     if pair is not None:
         guarded.append(Guarded(pair, numbers) if numbers else pair)
-    return detectors + guarded
+    return detectors + guarded + verifiers
 
 
 def _guards(cfg: AuditConfig, store) -> tuple[list, list]:
-    """The number guard; the near-duplicate guards: word order, and alignment when embeddings are
+    """The number and entity guards; the near-duplicate guards: word order, and alignment when embeddings are
     on (``store``)."""
     policy = cfg.policy
     numbers: list = []
@@ -103,6 +111,10 @@ def _guards(cfg: AuditConfig, store) -> tuple[list, list]:
         from contrast_audit.evidence.numbers import NumberGuard
 
         numbers.append(NumberGuard(policy.number_guard_words))
+    if policy.entity_guard_words > 0:
+        from contrast_audit.evidence.guards import EntityGuard
+
+        numbers.append(EntityGuard(policy.entity_guard_words))
     if policy.word_order_threshold > 0:
         from contrast_audit.evidence.guards import OrderGuard
 

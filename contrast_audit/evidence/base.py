@@ -53,13 +53,21 @@ class Pairs:
 
 @dataclass(frozen=True)
 class Hits:
-    """A detector's verdict on every pair: ``mask`` marks equivalent pairs."""
+    """A detector's verdict on every pair: ``mask`` marks equivalent pairs. A detector with more than
+    one rule names them in ``rules`` and says in ``rule`` (an index into ``rules``, per pair) which
+    one set each pair's severity; the report records it as the finding's ``severity_rule``."""
 
     kind: str
     mask: np.ndarray
     score: np.ndarray
     threshold: float
     severity: np.ndarray
+    rule: np.ndarray | None = None
+    rules: tuple[str, ...] = ()
+
+    def rule_names(self) -> list[str]:
+        """``kind`` for a one-rule detector, else ``kind: rule`` for each of its rules."""
+        return [f"{self.kind}: {r}" for r in self.rules] if self.rules else [self.kind]
 
 
 class Detector(Protocol):

@@ -4,13 +4,16 @@
   document candidate of the anchor row's positive, a query candidate of the anchor itself
   (cosine ≥ ``positive_threshold``): ``likely``.
 - ``anchor-embedding``: the candidate is another row's positive and that row's anchor is a
-  paraphrase of this anchor (cosine ≥ ``anchor_threshold``): ``likely``.
+  paraphrase of this anchor (cosine ≥ ``anchor_threshold``): ``suspect``. Read by a person, half of
+  its findings on natural batches were false negatives: similar captions of different images,
+  similar claims with different evidence, similar queries with different documents
+  (docs/quality.md). The candidate itself is what the loss pushes away, and it is not compared.
 - ``margin``: the candidate scores against the anchor within a margin of the anchor's own positive,
   ``sim(a, c) > sim(a, p) - absolute_margin`` or ``sim(a, c) > sim(a, p) * (1 - relative_margin)``
-  (GISTEmbedLoss / mine_hard_negatives vocabulary): ``suspect``; ``likely`` when the candidate is
-  also within ``support`` cosine of the positive, unless the candidate is the row's own hard
-  negative (mined for scoring high: never more than ``suspect``). Rows whose positive is the anchor
-  itself are left to ``embedding``.
+  (GISTEmbedLoss / mine_hard_negatives vocabulary): ``suspect`` (the rule says "same topic"); with a
+  ``support`` bar, ``likely`` when the candidate is also within ``support`` cosine of the positive in
+  a query→document row, unless the candidate is the row's own hard negative (mined for scoring high:
+  never more than ``suspect``). Rows whose positive is the anchor itself are left to ``embedding``.
 
 Identical texts are left to the ``exact`` detector.
 """
@@ -150,7 +153,7 @@ class AnchorEmbeddingDetector(_CosineDetector):
         idx = np.flatnonzero(eligible)
         score[idx] = cross(s, c, pairs, s.query, ANCHOR_ROLE, s.query, ANCHOR_ROLE, idx=idx)
         mask = eligible & (score >= self.threshold)
-        return Hits(self.name, mask, score, self.threshold, np.full(len(pairs), LIKELY, dtype=np.int8))
+        return Hits(self.name, mask, score, self.threshold, np.full(len(pairs), SUSPECT, dtype=np.int8))
 
     def info(self) -> dict[str, Any]:
         return {"threshold": self.threshold}
@@ -168,11 +171,11 @@ class MarginDetector(_CosineDetector):
         store: EmbeddingStore,
         absolute_margin: float | None,
         relative_margin: float | None,
-        support: float,
+        support: float | None,
         report_suspects: bool,
         doc_ratio: float = 0.0,
     ) -> None:
-        super().__init__(store, threshold=support)
+        super().__init__(store, threshold=1.0 if support is None else support)
         self.absolute_margin = absolute_margin
         self.relative_margin = relative_margin
         self.support = support
@@ -188,6 +191,9 @@ class MarginDetector(_CosineDetector):
 
     def detect(self, pairs: Pairs) -> Hits:
         c, s = self.corpus, self.store
+        if self.support is None and not self.report_suspects:  # neither likely nor reported: nothing to do
+            empty = np.zeros(len(pairs), dtype=bool)
+            return Hits(self.name, empty, np.zeros(len(pairs)), 0.0, np.zeros(len(pairs), dtype=np.int8))
         cand, pos = pair_scores(s, c, pairs)
         if self.relative_margin is not None:
             threshold = 1.0 - self.relative_margin
@@ -212,11 +218,26 @@ class MarginDetector(_CosineDetector):
         # them the rule is never more than suspect. Calling one mislabelled takes evidence of
         # equivalence with the row's own texts (exact, near-duplicate), which other detectors give.
         own = (pairs.cand_row[idx] == rows) & (pairs.cand_role[idx] > POSITIVE_ROLE)
-        supported[idx] = (target_scores(s, c, pairs, idx) >= self.support) & ~own & self.query_doc_row[rows]
+        near = (
+            target_scores(s, c, pairs, idx) >= self.support
+            if self.support is not None
+            else np.zeros(idx.shape[0], dtype=bool)
+        )
+        query_doc = self.query_doc_row[rows]
+        supported[idx] = near & ~own & query_doc
         severity = np.where(supported, LIKELY, SUSPECT).astype(np.int8)
+        rule = np.zeros(len(pairs), dtype=np.int64)
+        rule[idx] = np.select([supported[idx], own, ~query_doc & near], [0, 2, 3], default=1)
         if not self.report_suspects:
             mask &= supported
-        return Hits(self.name, mask, score, threshold, severity)
+        return Hits(self.name, mask, score, threshold, severity, rule, self.RULES)
+
+    RULES = (
+        "within the margin and near the positive, in a query->document row",
+        "within the margin alone",
+        "within the margin, the row's own hard negative",
+        "within the margin, in a row whose texts are alike (same topic is all it says)",
+    )
 
     def info(self) -> dict[str, Any]:
         rule = (
@@ -229,10 +250,14 @@ class MarginDetector(_CosineDetector):
             "relative_margin": self.relative_margin,
             "absolute_margin": self.absolute_margin,
             "support": self.support,
-            "likely_when": f"rule holds and cosine(candidate, positive) >= {self.support}, in a row whose "
+            "likely_when": "never (no --margin-support)"
+            if self.support is None
+            else f"rule holds and cosine(candidate, positive) >= {self.support}, in a row whose "
             f"positive has at least {self.doc_ratio:g} times its anchor's words (query->document)",
-            "suspect_when": "rule holds alone, in a row whose two texts are alike in length, or the candidate is "
-            "the row's own hard negative" + ("" if self.report_suspects else " (not reported; --margin reports them)"),
+            "suspect_when": "rule holds"
+            + ("" if self.support is None else " without the support, in a row whose two texts are alike in length")
+            + ", or the candidate is the row's own hard negative"
+            + ("" if self.report_suspects else " (not reported; --margin reports them)"),
         }
 
 

@@ -7,6 +7,9 @@ differ in wording and figures.
 - ``NumberGuard`` (numbers.py): short texts whose numbers differ are not near-duplicates.
 - ``AlignmentGuard``: short texts whose tokens do not align (``tokens.TokenStore.alignment`` below
   the threshold) are not near-duplicates — one carries content the other lacks.
+- ``OrderGuard``: short texts whose shared words come in another order are not near-duplicates.
+- ``EntityGuard``: short texts that each name something the other does not ("in New Jersey" / "in
+  Wisconsin", "iPhone" / "Pixel", "Python" / "Java") are not near-duplicates.
 """
 
 from __future__ import annotations
@@ -221,3 +224,109 @@ class OrderGuard(_PairwiseGuard):
 
     def info(self) -> dict[str, Any]:
         return {"word_order_threshold": self.threshold, "word_order_words": self.max_words}
+
+
+_TOKEN = re.compile(r"[^\W_](?:[\w'’.-]*[^\W_])?")
+_SENTENCE_END = re.compile(r"[.!?:;\"“”]\s*$")
+# Capitalised words that name nothing: pronouns and the like that English writes capitalised anywhere.
+_NOT_NAMES = frozenset(
+    {"i", "i'm", "i've", "i'd", "i'll", "i’m", "i’ve", "i’d", "i’ll", "ok", "okay", "mr", "mrs", "ms", "dr"}
+)
+# Words a sentence commonly begins with: determiners, pronouns, question words, prepositions and
+# conjunctions. Any other capitalised first word may be a name ("Buccinum pulchellum is a species …").
+_STARTERS = frozenset(
+    """a an the this that these those there here it its he she they we you i his her their our your my
+    one some any many most several all both each every no not what which who whom whose when where why how
+    is are was were be do does did can could should would will shall may might must has have had
+    in on at of for from to by with without about after before during since until while as if when
+    and but or so yet also then however although though because once thus hence therefore
+    please hi hey hello greetings dear thanks thank good anyone anybody someone somebody everyone""".split()
+)
+
+
+def names(text: str) -> frozenset[str]:
+    """The words of ``text`` that name something (casefolded): capitalised where a sentence does not
+    begin (``Wisconsin``, ``NRA``, ``iPhone``), or mixing letters and digits (``A4``, ``COVID-19``).
+    A text in which most words are capitalised (a title, shouting) names nothing by its capitals."""
+    out: set[str] = set()
+    tokens = list(_TOKEN.finditer(text))
+    # Title case ("Where To Buy Furniture In Doha") or shouting: most longer words after the first
+    # are capitalised, so capitals say nothing.
+    longer = [m.group(0) for m in tokens[1:] if len(m.group(0)) > 3]
+    by_case = not (len(longer) >= 3 and sum(w[0].isupper() for w in longer) >= 0.6 * len(longer))
+    for i, m in enumerate(tokens):
+        word = m.group(0)
+        folded = word.casefold()
+        if folded in _NOT_NAMES or folded in _STARTERS:
+            continue  # a function word capitalised after a missing full stop ("Hi Does anyone …") names nothing
+        has_digit = any(ch.isdigit() for ch in word)
+        if has_digit and any(ch.isalpha() for ch in word):
+            out.add(folded)
+            continue
+        if not by_case or has_digit or not any(ch.isupper() for ch in word):
+            continue
+        starts = i == 0 or bool(_SENTENCE_END.search(text[tokens[i - 1].end() : m.start()] or text[: m.start()][-1:]))
+        if starts and word[1:] == word[1:].lower() and len(word) < 4:
+            continue  # a sentence's first word, capitalised as any first word is
+        out.add(folded)
+    return frozenset(out)
+
+
+def name_disagreement(a: str, b: str) -> bool:
+    """True when each text names something the other does not mention at all (a substitution:
+    "… in New Jersey?" / "… in Wisconsin?"); a name one text adds ("Bush" / "President Bush") or
+    spells in other case is no disagreement."""
+    na, nb = names(a), names(b)
+    if not na or not nb:
+        return False
+    words_a = [w.casefold() for w in _TOKEN.findall(a)]
+    words_b = [w.casefold() for w in _TOKEN.findall(b)]
+    only_a = [w for w in dict.fromkeys(words_a) if w in na and w not in set(words_b)]
+    only_b = [w for w in dict.fromkeys(words_b) if w in nb and w not in set(words_a)]
+    if not only_a or not only_b:
+        return False
+    # An abbreviation and its words ("U.S." / "United States") name the same thing.
+    initials_a, initials_b = "".join(w[0] for w in only_a), "".join(w[0] for w in only_b)
+    letters_a, letters_b = "".join(only_a).replace(".", ""), "".join(only_b).replace(".", "")
+    return not (letters_a == initials_b or letters_b == initials_a)
+
+
+class EntityGuard(_PairwiseGuard):
+    """Vetoes a match when every pair of short texts it rests on is a substitution of names
+    (:func:`name_disagreement`): templated texts that differ in the place, product, person or language
+    they name ("… proposed by the NRA in New Jersey?" / "… in Wisconsin?") are different texts,
+    however close their shingles and embeddings. Reads each text's first spelling (case matters);
+    needs no model."""
+
+    def __init__(self, max_words: int) -> None:
+        self.threshold = 1.0 if max_words > 0 else 0.0
+        self.max_words = max_words
+        self._spelling: dict[int, str] = {}
+
+    def _prepare(self, corpus: Corpus) -> None:
+        self._spelling = {}
+
+    def disagree(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """True where short texts ``u`` and ``v`` each name something the other does not."""
+        if self.max_words <= 0 or u.shape[0] == 0:
+            return np.zeros(u.shape[0], dtype=bool)
+        out = self.short[u] & self.short[v]
+        idx = np.flatnonzero(out)
+        if idx.size:
+            out[idx] = self.fails(u[idx], v[idx])
+        return out
+
+    def fails(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        spelling = self._spelling
+        missing = [int(t) for t in np.unique(np.r_[u, v]) if int(t) not in spelling]
+        if missing:
+            texts = self.corpus.texts.get_column("text").gather(missing).to_list()
+            spelling.update(zip(missing, texts, strict=True))
+        return np.fromiter(
+            (name_disagreement(spelling[int(a)], spelling[int(b)]) for a, b in zip(u, v, strict=True)),
+            dtype=bool,
+            count=u.shape[0],
+        )
+
+    def info(self) -> dict[str, Any]:
+        return {"entity_guard_words": self.max_words}

@@ -2,7 +2,16 @@
 
 Every row is an edge between its anchor and its positive. A candidate is linked to an anchor row
 when a chain of at most ``max_hops`` rows joins it to that row's anchor or positive (row A: x→y and
-row B: y→z link z to A in one hop). One hop is ``certain``; longer chains are ``likely``.
+row B: y→z link z to A in one hop).
+
+One hop from the anchor means another row pairs this very anchor text with the candidate: the data's
+own label, ``certain``. Every other chain composes labels, inherits the data's label noise and runs
+through generic texts ("A man is playing a guitar" → "A man is playing the instrument" → "A man is
+playing a large flute"), so the chain alone proves little: one hop through the positive is ``certain``
+only when the texts themselves are near each other (the candidate's cosine to what the anchor is
+trained towards reaches the link bar: the ``NEAR_QUANTILE`` of the rows' own anchor–positive cosines,
+at least ``NEAR_FLOOR``); one that is not near, and every longer chain, is ``suspect``. Without
+embeddings one hop through the positive is ``certain`` and longer chains are ``suspect``.
 """
 
 from __future__ import annotations
@@ -14,18 +23,38 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 from contrast_audit.corpus import Corpus
-from contrast_audit.evidence.base import CERTAIN, LIKELY, Hits, Pairs
+from contrast_audit.evidence.base import CERTAIN, SUSPECT, Hits, Pairs
+
+NEAR_QUANTILE = 0.1
+NEAR_FLOOR = 0.5
+MIN_ROWS = 50  # fewer rows with a positive of their own: the bar is the floor
 
 
 class LinkedDetector:
     name = "linked"
     description = "candidate is joined to the anchor row by a chain of the dataset's positive pairs"
+    RULES = (
+        "one hop from the anchor (another row pairs the anchor with the candidate)",
+        "one hop through the positive, texts near",
+        "one hop through the positive (no embeddings to check the texts)",
+        "one hop through the positive, texts not near",
+        "two or more hops",
+    )
 
-    def __init__(self, max_hops: int = 2) -> None:
+    def __init__(self, max_hops: int = 2, store=None) -> None:
         self.max_hops = max_hops
+        self.store = store
+        self.near_bar: float | None = None
 
     def prepare(self, corpus: Corpus) -> None:
         self.corpus = corpus
+        if self.store is not None:
+            s, a, p = self.store, corpus.anchor, corpus.positive
+            s.prepare(corpus)
+            own = a != p
+            cos = s.cosine(s.query, s.doc, a[own], p[own]) if own.any() else np.zeros(0, dtype=np.float32)
+            bar = float(np.quantile(cos, NEAR_QUANTILE)) if cos.shape[0] >= MIN_ROWS else NEAR_FLOOR
+            self.near_bar = round(max(NEAR_FLOOR, bar), 4)
         n = corpus.n_texts
         a, p = corpus.anchor, corpus.positive
         keep = a != p
@@ -95,8 +124,27 @@ class LinkedDetector:
         # Identity is exact evidence, not a chain.
         same = (pairs.cand_tid == c.anchor[r]) | (pairs.cand_tid == c.positive[r])
         mask = (both > 0) & ~same
-        severity = np.where(both == 1, CERTAIN, LIKELY).astype(np.int8)
-        return Hits(self.name, mask, both.astype(np.float64), float(self.max_hops), severity)
+        rule = np.select([from_anchor == 1, both == 1], [0, 2], default=4).astype(np.int64)
+        chain = np.flatnonzero(mask & (rule == 2))
+        if self.store is not None and chain.size:
+            from contrast_audit.evidence.embedding import target_scores
+
+            near = target_scores(self.store, c, pairs, chain) >= self.near_bar
+            rule[chain] = np.where(near, 1, 3)
+        severity = np.where(rule <= 2, CERTAIN, SUSPECT).astype(np.int8)
+        return Hits(self.name, mask, both.astype(np.float64), float(self.max_hops), severity, rule, self.RULES)
 
     def info(self) -> dict[str, Any]:
-        return {"max_hops": self.max_hops, "components": int(self.n_components)}
+        return {
+            "max_hops": self.max_hops,
+            "components": int(self.n_components),
+            "near_bar": self.near_bar,
+            "certain_when": "one hop from the anchor; one hop through the positive where "
+            + (
+                "the candidate's cosine to what the anchor is trained towards reaches near_bar (the "
+                f"{NEAR_QUANTILE:g} quantile of the rows' own anchor-positive cosines, at least {NEAR_FLOOR:g})"
+                if self.store is not None
+                else "no embeddings check the texts"
+            ),
+            "suspect_when": "one hop through the positive whose texts are not near, or two or more hops",
+        }

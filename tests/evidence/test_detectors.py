@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 from support import corpus_of, pairs, run
 
+from contrast_audit.config import EmbeddingConfig
 from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE
-from contrast_audit.evidence import CERTAIN, LIKELY
+from contrast_audit.embed import EmbeddingStore
+from contrast_audit.evidence import CERTAIN, SUSPECT
 from contrast_audit.evidence.declared import DeclaredDetector
 from contrast_audit.evidence.exact import ExactDetector
 from contrast_audit.evidence.linked import LinkedDetector
@@ -36,11 +39,44 @@ def test_linked_counts_hops_from_anchor_or_positive():
     c = corpus_of([("x", "y"), ("y", "z"), ("z", "w"), ("u", "v")])
     det = LinkedDetector(max_hops=2)
     hits = run(det, c, pairs(c, [0, 0, 0], [1, 2, 3]))
-    # row0 (x,y): z is 1 hop from y → certain; w is 2 hops → likely; v is unrelated.
+    # row0 (x,y): z is 1 hop from y → certain (no embeddings to check); w is 2 hops → suspect; v is unrelated.
     assert hits.mask.tolist() == [True, True, False]
     assert hits.score[:2].tolist() == [1.0, 2.0]
-    assert hits.severity[:2].tolist() == [CERTAIN, LIKELY]
+    assert hits.severity[:2].tolist() == [CERTAIN, SUSPECT]
+    assert [hits.rules[r] for r in hits.rule[:2]] == [
+        "one hop through the positive (no embeddings to check the texts)",
+        "two or more hops",
+    ]
     assert det.info()["max_hops"] == 2
+
+
+class _Vectors(EmbeddingStore):
+    def __init__(self, vectors: dict[str, list[float]]) -> None:
+        super().__init__(EmbeddingConfig())
+        self.vectors = vectors
+
+    def prepare(self, corpus) -> None:
+        mat = np.array([self.vectors[t] for t in corpus.texts.get_column("text").to_list()], dtype=np.float32)
+        self.query = self.doc = mat / np.linalg.norm(mat, axis=1, keepdims=True)
+
+
+def test_linked_one_hop_through_the_positive_is_certain_only_when_the_texts_are_near():
+    # x~y (row 0), y~z (row 1), y~g (row 2), x~h (row 3, h far from y): z and g are one hop from row 0's
+    # positive y; z is near y, g (a generic text the data chained through) is not. h is paired with
+    # row 0's anchor itself: the data's own label, certain however far it lies.
+    vectors = {"x": [1, 0.1, 0], "y": [1, 0, 0], "z": [0.95, 0.1, 0], "g": [0.3, 1, 0], "h": [0, 0.2, 1]}
+    c = corpus_of([("x", "y"), ("y", "z"), ("y", "g"), ("x", "h")])
+    det = LinkedDetector(max_hops=2, store=_Vectors(vectors))
+    hits = run(det, c, pairs(c, [0, 0, 0], [1, 2, 3]))
+    assert hits.mask.tolist() == [True, True, True]
+    assert hits.severity.tolist() == [CERTAIN, SUSPECT, CERTAIN]
+    assert [hits.rules[r] for r in hits.rule] == [
+        "one hop through the positive, texts near",
+        "one hop through the positive, texts not near",
+        "one hop from the anchor (another row pairs the anchor with the candidate)",
+    ]
+    # Three rows with a positive of their own are too few to calibrate: the bar is the floor.
+    assert det.info()["near_bar"] == 0.5
 
 
 def test_linked_respects_max_hops_and_skips_identity():

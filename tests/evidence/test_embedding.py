@@ -170,13 +170,15 @@ def test_policy_wires_detectors_from_config():
     assert (margin.relative_margin, margin.absolute_margin, margin.support, margin.report_suspects) == (
         0.25,
         None,
-        0.65,
+        None,
         False,
     )
     absolute = {
         d.name: d
         for d in default_detectors(
-            build_config({"minhash": False, "absolute_margin": 0.05, "margin": True, "number_guard": 0})
+            build_config(
+                {"minhash": False, "absolute_margin": 0.05, "margin": True, "number_guard": 0, "entity_guard": 0}
+            )
         )
     }["margin"]
     assert (absolute.relative_margin, absolute.absolute_margin, absolute.report_suspects) == (None, 0.05, True)

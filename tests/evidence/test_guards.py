@@ -76,9 +76,9 @@ def test_the_guard_runs_by_default_before_the_alignment_guard_and_reports_itself
         assert detectors[name].info()["word_order_threshold"] == 0.85
     assert "word_order_threshold" not in detectors["margin"].info()  # relevance, not near-duplication
     lexical = {d.name: d for d in default_detectors(build_config({"embeddings": False}))}
-    assert [type(g).__name__ for g in lexical["minhash"].guards] == ["NumberGuard", "OrderGuard"]
+    assert [type(g).__name__ for g in lexical["minhash"].guards] == ["NumberGuard", "EntityGuard", "OrderGuard"]
     off = {d.name: d for d in default_detectors(build_config({"embeddings": False, "word_order": 0}))}
-    assert [type(g).__name__ for g in off["minhash"].guards] == ["NumberGuard"]
+    assert [type(g).__name__ for g in off["minhash"].guards] == ["NumberGuard", "EntityGuard"]
     with pytest.raises(ConfigError, match="word-order"):
         build_config({"word_order": 1.5})
 
@@ -105,3 +105,59 @@ def test_overlaps_and_scans_apply_it_to_minhash_matches(tmp_path):
     assert {e["kind"] for f in report["findings"] for e in f["evidence"]} == {"minhash"}
     assert "word_order_threshold" not in report["detectors"]["minhash"]
     assert json.loads((tmp_path / "g.json").read_text())["detectors"]["minhash"]["word_order_threshold"] == 0.85
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "disagree"),
+    [
+        # a named place, language or product swapped in a templated text
+        (
+            "What do you think of the gun law proposed by the NRA in New Jersey?",
+            "What do you think of the gun law proposed by the NRA in Wisconsin?",
+            True,
+        ),
+        ("How do I learn Python?", "How do I learn Java?", True),
+        ("Is the iPhone better than the Pixel?", "Is the iPhone better than the Galaxy?", True),
+        # a name that begins the sentence ("Buccinum pulchellum is a species …")
+        ("Buccinum pulchellum is a species of sea snail.", "Probuccinum tenerum is a species of sea snail.", True),
+        # a name one text adds, spells in another case, or abbreviates is no disagreement
+        ("Bush said no to the plan.", "President Bush said no to the plan.", False),
+        ("I moved to the US last year.", "I moved to the us last year.", False),
+        ("The U.S. economy grew.", "The United States economy grew.", False),
+        # a sentence's first word is capitalised in any text; titles and shouting name nothing by capitals
+        ("The man is playing a flute.", "The woman is playing the flute.", False),
+        ("Where To Buy Cheap Furniture In Doha", "Where To Buy Cheap Furniture In Qatar", False),
+        # function words capitalised after a missing full stop name nothing
+        (
+            "Hi Does anyone know a good bank in Qatar?",
+            "Greetings everybody, does anyone know a good bank in Qatar?",
+            False,
+        ),
+    ],
+)
+def test_name_disagreement(a, b, disagree):
+    from contrast_audit.evidence.guards import name_disagreement
+
+    assert name_disagreement(a, b) is disagree
+    assert name_disagreement(b, a) is disagree
+
+
+def test_entity_guard_vetoes_a_substituted_name_but_not_long_texts():
+    from contrast_audit.evidence.guards import EntityGuard
+
+    rows = [
+        ("gun law in New Jersey", "What is the gun law proposed by the NRA in New Jersey?"),
+        ("gun law in Wisconsin", "What is the gun law proposed by the NRA in Wisconsin?"),
+    ]
+    c = corpus_of(rows)
+    vectors = {t: [1.0, 0.01 * i] for i, t in enumerate(c.texts.get_column("text").to_list())}
+    detector = EmbeddingDetector(FixedStore(vectors), 0.9)
+    guarded = Guarded(detector, [EntityGuard(50)])
+    guarded.prepare(c)
+    p = q2d_pairs(c, [0], [1])
+    assert detector.detect(p).mask.tolist() == [True]
+    assert guarded.detect(p).mask.tolist() == [False]
+    # Texts over the word limit are passages: their parts may name different things.
+    loose = Guarded(detector, [EntityGuard(3)])
+    loose.prepare(c)
+    assert loose.detect(p).mask.tolist() == [True]
