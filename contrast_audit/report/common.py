@@ -159,8 +159,14 @@ def top_overlaps(result: AuditResult, target: str, top: int) -> tuple[int, list[
     return table.height, shown.drop("_i").to_dicts()
 
 
+SCOPE = (
+    "every count, table and plot is of what is new since the baseline: findings with a new row on either side, "
+    "mislabelled negatives, overlaps and leaks of new rows; candidates are the pairs with a new row"
+)
+
+
 def baseline_lines(result: AuditResult) -> list[str]:
-    """'N new, M in baseline' per kind, when a baseline was given."""
+    """What the counts cover, then 'N new, M in baseline' per kind, when a baseline was given."""
     if result.baseline_file is None:
         return []
     c = result.counts()
@@ -171,4 +177,4 @@ def baseline_lines(result: AuditResult) -> list[str]:
         "overlaps": "overlaps with existing data",
         "leaks": "leaks of eval data",
     }
-    return [f"{labels[k]}: {new[k]} new, {old[k]} in baseline" for k in labels]
+    return [f"{result.baseline_file}: {SCOPE}", *(f"{labels[k]}: {new[k]} new, {old[k]} in baseline" for k in labels)]

@@ -20,7 +20,7 @@ import polars as pl
 from contrast_audit.api import AuditResult
 from contrast_audit.errors import AuditError, ConfigError
 from contrast_audit.gate import GateResult
-from contrast_audit.report.common import clip, evidence_text, plural
+from contrast_audit.report.common import SCOPE, clip, evidence_text, plural
 from contrast_audit.report.located import (
     RULE_BY_ID,
     RULES,
@@ -125,9 +125,10 @@ def step_summary(result: AuditResult, gate: GateResult | None = None, *, top: in
         out += ["Gate: no `--fail-on` conditions (the scan reports only).", ""]
     out += [
         f"{plural(c['rows'], 'row')}, {plural(c['batches'], 'batch', 'batches')}, "
-        f"{plural(c['candidates'], 'candidate')} compared; "
+        f"{plural(c['candidates'], 'candidate')} {'with a new row ' if result.baseline_file else ''}compared; "
         f"false-negative rate {c['fn_rate']:.4%}.",
         "",
+        *([f"Baseline `{result.baseline_file}`: {SCOPE}.", ""] if result.baseline_file is not None else []),
         "| result | new | baseline | masked | total |",
         "|---|---:|---:|---:|---:|",
     ]

@@ -13,6 +13,7 @@ from typing import Any
 from contrast_audit import __version__
 from contrast_audit.api import AuditResult
 from contrast_audit.report.common import (
+    baseline_lines,
     embedding_line,
     evidence_text,
     mapping_lines,
@@ -122,6 +123,7 @@ def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
     if c["skipped_rows"]:
         about.append(("skipped", f"{c['skipped_rows']} bad rows (the JSON report lists each location)"))
     about += [("warning", line) for line in result.warnings]
+    about += [("baseline", line) for line in baseline_lines(result)]
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',

@@ -282,13 +282,13 @@ def located(result: AuditResult) -> pl.DataFrame:
 
 
 def counts(table: pl.DataFrame) -> dict[str, dict[str, int]]:
-    """Per rule: ``total``, ``new`` (neither baseline nor masked), ``baseline``, ``masked``."""
+    """Per rule: ``total`` = ``new`` (neither baseline nor masked) + ``baseline`` (not masked) + ``masked``."""
     out = {rule.id: {"total": 0, "new": 0, "baseline": 0, "masked": 0} for rule in RULES}
     if table.height:
         agg = table.group_by("rule").agg(
             pl.len().alias("total"),
             (~pl.col("baseline") & ~pl.col("masked")).sum().alias("new"),
-            pl.col("baseline").sum().alias("baseline"),
+            (pl.col("baseline") & ~pl.col("masked")).sum().alias("baseline"),
             pl.col("masked").sum().alias("masked"),
         )
         for r in agg.iter_rows(named=True):
