@@ -251,9 +251,9 @@ class AuditResult:
     def overlaps_table(self) -> pl.DataFrame:
         """Overlaps with the new text, the matched reference text and both texts' hashes."""
         texts = self.overlap_texts
-        if texts is None or texts.height != self.overlaps.height:
+        if texts is None or texts.height != self.overlaps.height:  # texts unknown: nulls, row for row
             texts = pl.DataFrame(
-                schema={k: pl.String for k in ("text", "target_text", "text_hash", "target_text_hash")}
+                {k: pl.Series(k, [None] * self.overlaps.height, dtype=pl.String) for k in OVERLAP_TEXTS}
             )
         return pl.concat([self.overlaps, texts], how="horizontal")
 
@@ -582,6 +582,7 @@ def plan_warnings(cfg: AuditConfig, n_rows: int, plan: Plan, n_sets: int, candid
     return out
 
 
+OVERLAP_TEXTS = ("text", "target_text", "text_hash", "target_text_hash")
 OVERLAP_SCHEMA = {
     "row_id": pl.String,  # the new row
     "file": pl.String,
