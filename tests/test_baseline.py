@@ -152,3 +152,32 @@ def test_the_report_lists_every_rows_hash_in_slices(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(json_format, "ROWS_PER_SLICE", 7)
     sliced = json.loads(scan(str(data), "--format", fmt).stdout)
     assert sliced["input"]["row_hashes"] == whole["input"]["row_hashes"] and len(whole["input"]["row_hashes"]) == 30
+
+
+def test_findings_of_an_old_anchor_and_a_new_row_are_located_at_the_new_row(tmp_path: Path):
+    from contrast_audit.api import audit
+    from contrast_audit.config import build_config
+    from contrast_audit.report import json_format
+    from contrast_audit.report.github import annotations
+    from contrast_audit.report.located import located
+
+    settings = {"embeddings": False, "minhash": False, "batch_size": 64}
+    data = write_jsonl(tmp_path / "train.jsonl", OLD)
+    (tmp_path / "b.json").write_text(json_format.render(audit([str(data)], build_config(settings))))
+    write_jsonl(data, [*OLD, dict(OLD[4])])  # one batch: the copy meets its original both ways
+    result = audit([str(data)], build_config({**settings, "baseline": str(tmp_path / "b.json")}))
+    counted = result.active_findings
+    assert {("4", "30"), ("30", "4")} <= {
+        (str(a), str(c))
+        for a, c in zip(
+            result.corpus.rows.get_column("id").gather(counted.get_column("anchor_row")).to_list(),
+            result.corpus.rows.get_column("id").gather(counted.get_column("cand_row")).to_list(),
+            strict=True,
+        )
+    }
+    table = located(result).filter(~pl.col("baseline") & pl.col("rule").str.starts_with("false-negative"))
+    assert set(table.get_column("line").to_list()) == {31}  # never the old row's line 5
+    flipped = table.filter(pl.col("at_candidate")).row(0, named=True)
+    assert (flipped["row_id"], flipped["other_id"], flipped["other_role"]) == ("30", "4", "anchor")
+    lines = annotations(result, root=tmp_path)
+    assert len(lines) == 1 and ",line=31," in lines[0] and "This row has 3 more results" in lines[0]

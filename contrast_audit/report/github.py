@@ -181,6 +181,8 @@ def step_summary(result: AuditResult, gate: GateResult | None = None, *, top: in
         for r in findings.head(top).iter_rows(named=True):
             if r["rule"] == "mislabelled-negative":  # the row's own hard negative against its positive
                 positive, negative, of = r["other_text"], r["text"], (r["row_id"], r["role"])
+            elif r["at_candidate"]:  # a new row, the negative of an old anchor row
+                positive, negative, of = r["positive_text"], r["text"], (r["row_id"], r["role"])
             else:
                 positive, negative, of = r["positive_text"], r["other_text"], (r["other_id"], r["other_role"])
             out.append(
