@@ -70,8 +70,11 @@ def row_hashes(norms: pl.Series, tids: np.ndarray, groups: pl.Series) -> pl.Seri
         group = np.where(codes >= 0, digests[np.maximum(codes, 0)], np.uint64(0))
     h = np.full(n, _SEED, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        for slot, column in enumerate([*values.T, group]):
-            h = _mix(h ^ _mix(column + np.uint64(slot + 1)))
+        # A slot a row does not fill leaves the hash alone: the same row hashes the same whatever the
+        # widest row of its data (how many negative columns the other rows have).
+        for slot, column in enumerate(values.T):
+            h = np.where(tids[:, slot] >= 0, _mix(h ^ _mix(column + np.uint64(slot + 1))), h)
+        h = _mix(h ^ _mix(group + np.uint64(0xFFFF)))
     hexed = np.frombuffer(h.astype(">u8").tobytes().hex().encode("ascii"), dtype="S16").astype("U16")
     return pl.Series("row_hash", hexed, dtype=pl.String)
 

@@ -129,6 +129,9 @@ def test_row_hash_names_content_not_position():
     assert row_hashes(pl.Series(["x", "a b", "c d"]), np.array([[1, 2, -1]]), pl.Series([None])).to_list() == [
         hashes[0]
     ]  # text ids differ between runs; the texts decide
+    # Another file with more negative columns pads this row wider: the same row, the same hash.
+    wider = np.array([[0, 1, -1, -1, -1]])
+    assert row_hashes(norms, wider, pl.Series([None], dtype=pl.String)).to_list() == [hashes[0]]
 
 
 def test_copies_count_as_a_multiset():
