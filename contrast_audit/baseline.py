@@ -79,26 +79,42 @@ def row_hashes(norms: pl.Series, tids: np.ndarray, groups: pl.Series) -> pl.Seri
     return pl.Series("row_hash", hexed, dtype=pl.String)
 
 
+def from_hex(hashes: list[str]) -> np.ndarray:
+    """Row hashes (16 hex digits each) as uint64; ValueError for anything else."""
+    if any(len(h) != 16 for h in hashes):
+        raise ValueError("a row hash is not 16 hex digits")
+    return np.frombuffer(bytes.fromhex("".join(hashes)), dtype=">u8").astype(np.uint64)
+
+
 @dataclass(frozen=True)
 class Baseline:
     """An earlier report's row hashes (a multiset) and the keys of its overlaps."""
 
     path: str
-    row_hashes: pl.Series
+    row_hashes: np.ndarray  # uint64, one per baseline row
     overlaps: pl.DataFrame
 
     def new_rows(self, hashes: pl.Series) -> np.ndarray:
         """Which rows (their hashes in row order) the baseline lacks: of the rows sharing a hash, as many
         as the baseline holds are old, the first ones in row order."""
-        if hashes.len() == 0:
+        now = from_hex(hashes.to_list())
+        if now.size == 0:
             return np.zeros(0, dtype=bool)
-        held = self.row_hashes.rename("h").value_counts(name="held")
-        frame = (
-            pl.DataFrame({"h": hashes})
-            .with_columns(pl.int_range(pl.len(), dtype=pl.UInt32).over("h").alias("occurrence"))
-            .join(held, on="h", how="left", maintain_order="left")
-        )
-        return (frame.get_column("occurrence") >= frame.get_column("held").fill_null(0)).to_numpy()
+        # Each row's occurrence among the rows of its hash (0 for the first), by a stable sort.
+        order = np.argsort(now, kind="stable")
+        ordered = now[order]
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        sizes = np.diff(np.r_[starts, ordered.size])
+        occurrence = np.empty(now.size, dtype=np.int64)
+        occurrence[order] = np.arange(now.size) - np.repeat(starts, sizes)
+        # How many rows of each hash the baseline holds.
+        kept, counts = np.unique(self.row_hashes, return_counts=True)
+        held = np.zeros(now.size, dtype=np.int64)
+        if kept.size:
+            at = np.minimum(np.searchsorted(kept, now), kept.size - 1)
+            hit = kept[at] == now
+            held[hit] = counts[at[hit]]
+        return occurrence >= held
 
     def mark_overlaps(self, table: pl.DataFrame, row_new: np.ndarray, target_scanned: np.ndarray) -> pl.Series:
         """``baseline`` flags of overlaps (``table`` holds ``OVERLAP_KEY``): see the module's rules."""
@@ -139,7 +155,13 @@ def read_baseline(path: str | Path, schema_version: str) -> Baseline:
     hashes = data.get("input", {}).get("row_hashes") if isinstance(data.get("input"), dict) else None
     if not isinstance(hashes, list) or not all(isinstance(h, str) for h in hashes):
         raise InputError(where, "baseline 'input.row_hashes' is missing or not a list of strings", fix=fix)
-    return Baseline(where, pl.Series("row_hash", hashes, dtype=pl.String), _keys(where, data.get("overlaps", [])))
+    try:
+        digests = from_hex(hashes)
+    except ValueError:
+        raise InputError(
+            where, "baseline 'input.row_hashes' holds a value that is not 16 hex digits", fix=fix
+        ) from None
+    return Baseline(where, digests, _keys(where, data.get("overlaps", [])))
 
 
 def _keys(where: str, items: Any) -> pl.DataFrame:

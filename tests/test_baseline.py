@@ -12,7 +12,7 @@ import pytest
 from support import write_jsonl
 from typer.testing import CliRunner
 
-from contrast_audit.baseline import Baseline, row_hashes
+from contrast_audit.baseline import Baseline, from_hex, row_hashes
 from contrast_audit.cli import app
 
 ENV = {"GITHUB_ACTIONS": "", "GITHUB_STEP_SUMMARY": ""}
@@ -135,8 +135,9 @@ def test_row_hash_names_content_not_position():
 
 
 def test_copies_count_as_a_multiset():
-    old = Baseline("b.json", pl.Series(["h1", "h2", "h2"]), pl.DataFrame())
-    assert old.new_rows(pl.Series(["h2", "h1", "h2", "h2", "h3", "h1"])).tolist() == [
+    h1, h2, h3 = "00000000000000a1", "ffffffffffffffa2", "00000000000000a3"
+    old = Baseline("b.json", from_hex([h1, h2, h2]), pl.DataFrame())
+    assert old.new_rows(pl.Series([h2, h1, h2, h2, h3, h1])).tolist() == [
         False,
         False,
         False,

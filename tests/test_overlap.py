@@ -297,6 +297,8 @@ def test_baseline_marks_findings_by_ids_and_texts_not_batches(tmp_path):
         ('{"schema_version": "1", "findings": []}', "schema version '1'; this version reads '2'"),
         ('{"schema_version": "2", "findings": []}', "'input.row_hashes' is missing"),
         ('{"schema_version": "2", "input": {"row_hashes": [1]}}', "not a list of strings"),
+        ('{"schema_version": "2", "input": {"row_hashes": ["abc"]}}', "not 16 hex digits"),
+        ('{"schema_version": "2", "input": {"row_hashes": ["zzzzzzzzzzzzzzzz"]}}', "not 16 hex digits"),
         ('{"schema_version": "2", "input": {"row_hashes": []}, "overlaps": [{"role": "anchor"}]}', "lacks"),
     ],
 )
