@@ -82,10 +82,6 @@ class AuditResult:
     def active_mislabelled(self) -> pl.DataFrame:
         return self.mislabelled.filter(~pl.col("masked") & ~pl.col("baseline"))
 
-    def counted_overlaps(self) -> pl.DataFrame:
-        """The overlaps and leaks that count: not in the baseline."""
-        return self.overlaps.filter(~pl.col("baseline"))
-
     def counts(self) -> dict[str, Any]:
         """Headline numbers of what counts: findings and mislabelled negatives neither masked by a manifest
         nor in the ``--baseline``, overlaps and leaks not in the baseline; every table, plot, annotation

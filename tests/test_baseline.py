@@ -185,3 +185,18 @@ def test_findings_of_an_old_anchor_and_a_new_row_are_located_at_the_new_row(tmp_
     assert (flipped["row_id"], flipped["other_id"], flipped["other_role"]) == ("30", "4", "anchor")
     lines = annotations(result, root=tmp_path)
     assert len(lines) == 1 and ",line=31," in lines[0] and "This row has 3 more results" in lines[0]
+
+
+def test_with_existing_rows_the_reference_rows_are_never_new(tmp_path: Path):
+    new = write_jsonl(tmp_path / "new.jsonl", OLD[:10])
+    existing = write_jsonl(tmp_path / "existing.jsonl", OLD[10:])
+    common = ["--batch-size", "6", "--seed", "3", "--against", str(existing), "--with-existing", "--no-index"]
+    baseline = take_baseline(new, tmp_path / "baseline.json", *common)
+    write_jsonl(new, [*OLD[:10], *CLEAN, dict(OLD[12])])  # a clean append and a copy of an existing row
+    code, after = report_of(str(new), *common, "--baseline", str(baseline), "--fail-on", "findings>0")
+    copy = str(10 + len(CLEAN))  # its id: its row number in new.jsonl
+    assert after["findings"], "the case needs findings between the old and the existing rows"
+    for f in after["findings"]:  # only the copy is new: the existing rows are not, whatever the baseline
+        assert f["baseline"] == (copy not in (f["anchor_id"], f["candidate_id"]))
+    assert after["counts"]["findings"] == sum(not f["baseline"] for f in after["findings"])
+    assert code == (1 if after["counts"]["findings"] else 0)
