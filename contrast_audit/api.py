@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 
 from contrast_audit import __version__, resources
-from contrast_audit.baseline import Baseline, read_baseline
+from contrast_audit.baseline import Baseline, overlap_rows, read_baseline, row_hashes, scanned_targets
 from contrast_audit.config import AuditConfig, PlanConfig
 from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, Corpus, build_corpus, role_name
 from contrast_audit.evidence import REGISTRY, SEVERITIES, Detector, default_detectors
@@ -31,7 +31,7 @@ from contrast_audit.plan import Plan, make_plan, read_plan_file
 from contrast_audit.plan.manifest import check_fingerprint, read_manifest
 from contrast_audit.plan.masking import is_manifest_file, manifest_plan, mark_masked
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # docs/report.md, "Versions"
 
 Progress = Callable[[str, int], Callable[[int], None]]
 
@@ -50,8 +50,11 @@ class AuditResult:
     overlap_texts: pl.DataFrame | None = None  # text, target_text and their hashes, row for row
     overlap_info: dict[str, Any] = field(default_factory=dict)
     baseline_file: str | None = None
+    # With --baseline: the rows whose content the baseline lacks (and, with --with-existing, that are new).
+    new_rows: np.ndarray | None = None
     # What did not stop the audit but changes what it means (printed on stderr, shown in reports).
     warnings: list[str] = field(default_factory=list)
+    _row_hashes: pl.Series | None = field(default=None, repr=False)
 
     @property
     def findings(self) -> pl.DataFrame:
@@ -80,33 +83,33 @@ class AuditResult:
         return self.mislabelled.filter(~pl.col("masked") & ~pl.col("baseline"))
 
     def counts(self) -> dict[str, Any]:
-        """Headline numbers. Findings a manifest masks are counted apart (``masked``); ``new`` and
-        ``in_baseline`` split the rest, overlaps and leaks by the ``--baseline`` report; the gate counts
-        only ``new`` ones."""
-        f, mis = self.unmasked_findings, self.unmasked_mislabelled
-        out = self._counts(f, mis)
-        out["masked"] = {
-            "findings": int(self.findings.get_column("masked").sum()),
-            "mislabelled_negatives": int(self.mislabelled.get_column("masked").sum()),
-        }
-        o = self.overlaps
+        """Headline numbers of what counts: findings and mislabelled negatives neither masked by a manifest
+        nor in the ``--baseline``, overlaps and leaks not in the baseline; every table, plot, annotation
+        and the gate count this same set (``active_findings``). ``candidates`` (and so ``fn_rate``) are
+        the pairs that could hold such a finding: with a baseline or ``--with-existing``, those with a new
+        row. ``masked`` and ``in_baseline`` count the rest apart (a finding both masked and in the baseline
+        counts as masked); ``new`` repeats the counted numbers by kind."""
+        out = self._counts(self.active_findings, self.active_mislabelled)
+        f, mis, o = self.findings, self.mislabelled, self.overlaps
         is_eval = o.get_column("target") == "eval"
-        base_f = f.get_column("baseline")
         base_o = o.get_column("baseline")
-        base_m = mis.get_column("baseline")
-        out["overlaps"] = int((~is_eval).sum())
-        out["leaks"] = int(is_eval.sum())
+        out["overlaps"] = int((~is_eval & ~base_o).sum())
+        out["leaks"] = int((is_eval & ~base_o).sum())
+        out["masked"] = {
+            "findings": int(f.get_column("masked").sum()),
+            "mislabelled_negatives": int(mis.get_column("masked").sum()),
+        }
         out["new"] = {
-            "findings": int((~base_f).sum()),
-            "overlaps": int((~is_eval & ~base_o).sum()),
-            "leaks": int((is_eval & ~base_o).sum()),
-            "mislabelled_negatives": int((~base_m).sum()),
+            "findings": out["findings"],
+            "overlaps": out["overlaps"],
+            "leaks": out["leaks"],
+            "mislabelled_negatives": out["mislabelled_negatives"],
         }
         out["in_baseline"] = {
-            "findings": int(base_f.sum()),
+            "findings": int(f.filter(pl.col("baseline") & ~pl.col("masked")).height),
             "overlaps": int((~is_eval & base_o).sum()),
             "leaks": int((is_eval & base_o).sum()),
-            "mislabelled_negatives": int(base_m.sum()),
+            "mislabelled_negatives": int(mis.filter(pl.col("baseline") & ~pl.col("masked")).height),
         }
         return out
 
@@ -172,9 +175,8 @@ class AuditResult:
 
     def metrics(self) -> dict[str, float]:
         """Gate metrics: findings, certain, likely, suspect, fn-rate, rows-affected, mislabelled,
-        one per evidence kind, overlaps and leaks; only what is not in the baseline counts."""
-        c = self._counts(self.active_findings, self.active_mislabelled)
-        new = self.counts()["new"]
+        one per evidence kind, overlaps and leaks; the numbers of ``counts()``."""
+        c = self.counts()
         out: dict[str, float] = {
             "findings": c["findings"],
             **c["by_severity"],
@@ -184,8 +186,8 @@ class AuditResult:
         }
         for kind, value in c["by_kind"].items():
             out.setdefault(kind, value)
-        out["overlaps"] = new["overlaps"]
-        out["leaks"] = new["leaks"]
+        out["overlaps"] = c["overlaps"]
+        out["leaks"] = c["leaks"]
         return out
 
     METRICS = (
@@ -200,6 +202,15 @@ class AuditResult:
         "overlaps",
         "leaks",
     )
+
+    def row_hashes(self) -> pl.Series:
+        """Each row's content hash (``baseline.row_hashes``): how a later ``--baseline`` tells old rows
+        from new ones, whatever their ids or lines."""
+        if self._row_hashes is None:
+            c = self.corpus
+            tids = np.concatenate([c.anchor[:, None], c.positive[:, None], c.negatives], axis=1)
+            self._row_hashes = row_hashes(c.texts.get_column("norm"), tids, c.rows.get_column("group"))
+        return self._row_hashes
 
     def text_hashes(self, tids: pl.Series) -> pl.Series:
         """The normalised-text hash of each text id (see ``overlap.text_hashes``)."""
@@ -236,9 +247,9 @@ class AuditResult:
     def overlaps_table(self) -> pl.DataFrame:
         """Overlaps with the new text, the matched reference text and both texts' hashes."""
         texts = self.overlap_texts
-        if texts is None or texts.height != self.overlaps.height:
+        if texts is None or texts.height != self.overlaps.height:  # texts unknown: nulls, row for row
             texts = pl.DataFrame(
-                schema={k: pl.String for k in ("text", "target_text", "text_hash", "target_text_hash")}
+                {k: pl.Series(k, [None] * self.overlaps.height, dtype=pl.String) for k in OVERLAP_TEXTS}
             )
         return pl.concat([self.overlaps, texts], how="horizontal")
 
@@ -302,13 +313,17 @@ class AuditResult:
             "text_hash",
             "target_text_hash",
         )
-        return {"findings": findings, "mislabelled_negatives": mislabelled, "overlaps": overlaps}
+        hashes = self.row_hashes().to_frame()
+        return {"findings": findings, "mislabelled_negatives": mislabelled, "overlaps": overlaps, "row_hashes": hashes}
 
     def report(self, rows: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The JSON report (``schema_version`` 1). ``rows`` stands in for the three row lists (a
+        """The JSON report (``schema_version`` 2). ``rows`` stands in for the four lists (a
         streaming writer passes placeholders and writes ``report_rows()`` slice by slice)."""
         if rows is None:
-            rows = {name: frame.to_dicts() for name, frame in self.report_rows().items()}
+            rows = {
+                name: frame.to_series().to_list() if name == "row_hashes" else frame.to_dicts()
+                for name, frame in self.report_rows().items()
+            }
         c = self.counts()
         return {
             "schema_version": SCHEMA_VERSION,
@@ -320,6 +335,7 @@ class AuditResult:
                 "files": self.loaded.files,
                 "rows": self.corpus.n_rows,
                 "skipped": [{"location": b.location(), "reason": b.reason} for b in self.loaded.skipped],
+                "row_hashes": rows["row_hashes"],
             },
             "plan": {
                 "source": self.plan.source,
@@ -511,12 +527,32 @@ def audit(
 
 
 def mark_baseline(result: AuditResult, baseline: Baseline) -> None:
-    """Flag the findings, mislabelled negatives and overlaps that ``baseline`` already holds."""
+    """Flag what ``baseline`` already holds (``baseline`` module: a finding is new when a row on either
+    side is new), and count candidates over the pairs with a new row, so that ``fn_rate`` and the
+    per-source rates divide what counts by what could."""
     result.baseline_file = baseline.path
+    rows = result.corpus.rows
+    fresh = baseline.new_rows(result.row_hashes())
+    if "is_new" in rows.columns:  # --with-existing: the reference rows are never new
+        fresh &= rows.get_column("is_new").to_numpy()
+    result.new_rows = fresh
+    keep = pl.Series(fresh)
     j = result.judgement
-    j.findings = j.findings.with_columns(baseline.mark(result.hashed_findings(), "findings"))
-    j.mislabelled = j.mislabelled.with_columns(baseline.mark(result.hashed_mislabelled(), "mislabelled_negatives"))
-    result.overlaps = result.overlaps.with_columns(baseline.mark(result.overlaps_table(), "overlaps"))
+    f = j.findings
+    j.findings = f.with_columns(
+        (~(keep.gather(f.get_column("anchor_row")) | keep.gather(f.get_column("cand_row")))).alias("baseline")
+    )
+    j.mislabelled = j.mislabelled.with_columns((~keep.gather(j.mislabelled.get_column("anchor_row"))).alias("baseline"))
+    o = result.overlaps
+    at = overlap_rows(rows, o)
+    row_new = np.where(at >= 0, fresh[np.maximum(at, 0)], True) if fresh.size else np.ones(o.height, bool)
+    flags = baseline.mark_overlaps(result.overlaps_table(), row_new, scanned_targets(rows, o))
+    result.overlaps = o.with_columns(flags)
+    cfg = result.config
+    by_direction, per_row = candidate_counts(
+        result.corpus, result.plan.global_batches(cfg.plan.world_size), cfg.loss.directions, fresh
+    )
+    j.candidates, j.candidates_by_direction, j.candidates_per_row = sum(by_direction.values()), by_direction, per_row
 
 
 def plan_warnings(cfg: AuditConfig, n_rows: int, plan: Plan, n_sets: int, candidates: int) -> list[str]:
@@ -544,6 +580,7 @@ def plan_warnings(cfg: AuditConfig, n_rows: int, plan: Plan, n_sets: int, candid
     return out
 
 
+OVERLAP_TEXTS = ("text", "target_text", "text_hash", "target_text_hash")
 OVERLAP_SCHEMA = {
     "row_id": pl.String,  # the new row
     "file": pl.String,

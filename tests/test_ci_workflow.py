@@ -1,5 +1,5 @@
-"""docs/ci.md's GitHub Actions gate step, run as the runner would in a temporary data repository,
-and the pre-commit hook definition."""
+"""The GitHub Actions workflow of docs/ci.md (docs/examples/training-data.yml), run step by step as the
+runner would in a temporary data repository, and the pre-commit hook definition."""
 
 from __future__ import annotations
 
@@ -13,43 +13,50 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
 from typer.testing import CliRunner
 
 from contrast_audit.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
+WORKFLOW = ROOT / "docs" / "examples" / "training-data.yml"
 COMMAND = re.compile(r"^::(error|warning|notice)(?: ([^:]*))?::(.*)$")
+EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
+# GitHub's own actions: the runner fetches and runs them; here the repository, Python and an empty
+# cache are already in place, and uploads have nowhere to go.
+ACTIONS = ("actions/checkout@", "actions/setup-python@", "actions/cache@", "actions/upload-artifact@")
+ACTIONS += ("github/codeql-action/upload-sarif@",)
+SKIPPED = {"install": "installs contrast-audit from git with pip: needs the network; this test's environment stands in"}
 
+# Pairs of rows sharing an answer: wherever batches of 4 put both rows of a pair, a certain finding.
 OLD_ROWS = [
-    {"id": f"old-{i}", "anchor": f"question number {i} about topic {i}", "positive": f"answer text {i} on topic {i}"}
-    for i in range(6)
+    row
+    for i in range(8)
+    for row in (
+        {"anchor": f"how do I do task {i}", "positive": f"the documented steps for task {i}"},
+        {"anchor": f"what is the way to do task {i}", "positive": f"The documented steps for task {i}"},
+    )
 ]
-DUPLICATE = {"id": "new-dup", "anchor": "another way to ask about topic 2", "positive": "Answer text 2 on topic 2."}
-CLEAN = {"id": "new-clean", "anchor": "a brand new question", "positive": "a brand new answer"}
+CLEAN = [{"anchor": f"a brand new question {i}", "positive": f"a brand new answer {i}"} for i in range(4)]
 EVAL_QUERIES = [{"_id": "q1", "text": "how do I rotate my api key"}, {"_id": "q2", "text": "what is the refund window"}]
-LEAK = {"id": "new-leak", "anchor": "How do I rotate my API key?", "positive": "Settings, then Keys, then Rotate"}
-MISLABELLED = {
-    "id": "new-neg",
-    "anchor": "refund policy",
-    "positive": "Refunds within 30 days",
-    "negative": "refunds within 30 days",
-}
+LEAK = {"anchor": "How do I rotate my API key?", "positive": "Settings, then Keys, then Rotate"}
+MISLABELLED = {"anchor": "refund policy", "positive": "Refunds within 30 days", "negative": "refunds within 30 days"}
 
 
 def workflow() -> dict:
-    text = (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
-    block = re.search(r"```yaml\n(name: training data\n.*?)```", text, re.S)
-    assert block, "docs/ci.md lost its workflow"
-    return yaml.safe_load(block.group(1))
+    return yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
 
 
-def gate_step() -> dict:
-    steps = workflow()["jobs"]["contrast-audit"]["steps"]
-    return next(step for step in steps if step.get("id") == "gate")
+def steps() -> list[dict]:
+    return workflow()["jobs"]["contrast-audit"]["steps"]
+
+
+def step(step_id: str) -> dict:
+    return next(s for s in steps() if s.get("id") == step_id)
 
 
 def shim(tmp: Path) -> Path:
-    """A `contrast-audit` executable on PATH that runs this checkout's code."""
+    """A `contrast-audit` executable that runs this checkout's code: the install step's stand-in."""
     bin_dir = tmp / "bin"
     bin_dir.mkdir(exist_ok=True)
     exe = bin_dir / "contrast-audit"
@@ -67,9 +74,15 @@ def jsonl(rows: list[dict]) -> str:
     return "".join(json.dumps(r) + "\n" for r in rows)
 
 
+def append(path: Path, rows: list[dict]) -> None:
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(jsonl(rows))
+
+
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    """A data repository with a base commit: old rows and its settings (lexical evidence only)."""
+    """A data repository with a base commit: old rows (with findings of their own), an eval set and its
+    settings (lexical evidence, batches of 4, so an append re-plans them)."""
     repo = tmp_path / "data-repo"
     (repo / "data").mkdir(parents=True)
     git(repo, "init", "-q", "-b", "main")
@@ -79,41 +92,115 @@ def repo(tmp_path: Path) -> Path:
     (repo / "README.md").write_text("data\n", encoding="utf-8")
     (repo / "eval").mkdir()
     (repo / "eval" / "queries.jsonl").write_text(jsonl(EVAL_QUERIES), encoding="utf-8")
-    settings = 'embeddings = false\nbatch-size = 64\neval = ["eval/queries.jsonl"]\n'
+    settings = 'embeddings = false\nbatch-size = 4\neval = ["eval/queries.jsonl"]\n'
     (repo / "contrast-audit.toml").write_text(settings, encoding="utf-8")
+    (repo / ".gitignore").write_text("reports/\n.contrast-audit-cache/\n", encoding="utf-8")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "base")
     return repo
 
 
-def run_gate(repo: Path, base: str, tmp: Path) -> tuple[subprocess.CompletedProcess, Path]:
-    step = gate_step()
-    summary = tmp / "step-summary.md"
-    summary.write_text("", encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
-    env.update({k: str(v) for k, v in step.get("env", {}).items() if "${{" not in str(v)})
-    env.update(
-        {
-            "BASE_SHA": base,
-            "GITHUB_ACTIONS": "true",
-            "GITHUB_STEP_SUMMARY": str(summary),
-            "GITHUB_WORKSPACE": str(repo),
-            "PATH": f"{shim(tmp)}{os.pathsep}{env['PATH']}",
-            "PYTHONPATH": str(ROOT),
+def commit(repo: Path, message: str) -> None:
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+
+
+def expand(value: object, context: dict[str, str], env: dict[str, str]) -> str:
+    """A value with its ``${{ }}`` expressions filled in, as far as the runner would here."""
+
+    def one(match: re.Match) -> str:
+        expr = match.group(1)
+        if expr.startswith("env."):
+            return env[expr.removeprefix("env.")]
+        assert expr in context, f"the test does not know the expression ${{{{ {expr} }}}}"
+        return context[expr]
+
+    return EXPRESSION.sub(one, str(value))
+
+
+class Runner:
+    """Runs a job's ``run:`` steps in order as GitHub's runner does: each as a bash script in the
+    workspace, with the workflow's, job's and step's env, and the GITHUB_* files between steps."""
+
+    def __init__(self, repo: Path, base: str, tmp: Path) -> None:
+        self.repo, self.tmp = repo, tmp
+        self.files = {
+            name: tmp / name.lower() for name in ("GITHUB_STEP_SUMMARY", "GITHUB_OUTPUT", "GITHUB_ENV", "GITHUB_PATH")
         }
-    )
-    script = tmp / "gate.sh"
-    script.write_text(step["run"], encoding="utf-8")
-    done = subprocess.run(
-        ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    return done, summary
+        for path in self.files.values():
+            path.write_text("", encoding="utf-8")
+        (tmp / "runner-temp").mkdir(exist_ok=True)
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "CONTRAST_AUDIT_"))}
+        self.env.update({k: str(p) for k, p in self.files.items()})
+        self.env.update(
+            {
+                "CI": "true",
+                "GITHUB_ACTIONS": "true",
+                "GITHUB_WORKSPACE": str(repo),
+                "RUNNER_TEMP": str(tmp / "runner-temp"),
+                "RUNNER_OS": "Linux",
+                "PYTHONPATH": str(ROOT),  # the stand-in for the installed package
+            }
+        )
+        self.context = {
+            "github.event.pull_request.base.sha": base,
+            "github.workspace": str(repo),
+            "github.sha": git(repo, "rev-parse", "HEAD"),
+            "runner.os": "Linux",
+        }
+        self.paths: list[str] = []
+
+    def step_env(self, flow: dict, job: dict, spec: dict) -> dict[str, str]:
+        env = dict(self.env)
+        for line in self.files["GITHUB_ENV"].read_text(encoding="utf-8").splitlines():
+            if "=" in line:
+                key, value = line.split("=", 1)
+                env[key] = value
+        for scope in (flow.get("env", {}), job.get("env", {}), spec.get("env", {})):
+            for key, value in scope.items():
+                env[key] = expand(value, self.context, env)
+        env["PATH"] = os.pathsep.join([*reversed(self.paths), env["PATH"]])
+        return env
+
+    def run_step(self, flow: dict, job: dict, spec: dict) -> subprocess.CompletedProcess:
+        script = self.tmp / f"step-{spec.get('id', 'x')}.sh"
+        script.write_text(spec["run"], encoding="utf-8")
+        done = subprocess.run(
+            ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+            cwd=self.repo,
+            env=self.step_env(flow, job, spec),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        added = self.files["GITHUB_PATH"].read_text(encoding="utf-8").splitlines()
+        self.paths = [p for p in added if p]
+        return done
+
+    def run(self) -> subprocess.CompletedProcess:
+        """Every step up to the first that fails; the result of the last one run."""
+        flow = workflow()
+        job = flow["jobs"]["contrast-audit"]
+        done = None
+        for spec in job["steps"]:
+            if "uses" in spec:
+                assert spec["uses"].startswith(ACTIONS), f"a step the test cannot stand in for: {spec['uses']}"
+                continue
+            if spec.get("id") in SKIPPED:  # explicitly: the install needs the network
+                with self.files["GITHUB_PATH"].open("a", encoding="utf-8") as handle:
+                    handle.write(f"{shim(self.tmp)}\n")  # what the install step would add: contrast-audit on PATH
+                self.paths.append(str(shim(self.tmp)))
+                continue
+            done = self.run_step(flow, job, spec)
+            if done.returncode != 0:
+                break
+        assert done is not None
+        return done
+
+    @property
+    def summary(self) -> str:
+        return self.files["GITHUB_STEP_SUMMARY"].read_text(encoding="utf-8")
 
 
 def unescape(value: str) -> str:
@@ -132,73 +219,116 @@ def commands(stream: str) -> list[tuple[str, dict[str, str], str]]:
     return out
 
 
+def test_the_docs_embed_the_workflow_file():
+    text = (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    assert WORKFLOW.read_text(encoding="utf-8") in blocks
+    assert "examples/training-data.yml" in text
+
+
 def test_workflow_shape():
     flow = workflow()
-    uses = [step.get("uses", "") for step in flow["jobs"]["contrast-audit"]["steps"]]
-    assert uses[0].startswith("actions/checkout@")
-    assert flow["jobs"]["contrast-audit"]["steps"][0]["with"]["fetch-depth"] == 0
-    for action in (
-        "actions/setup-python@",
-        "actions/cache@",
-        "actions/upload-artifact@",
-        "github/codeql-action/upload-sarif@",
-    ):
+    uses = [s.get("uses", "") for s in steps()]
+    assert uses[0].startswith("actions/checkout@") and steps()[0]["with"]["fetch-depth"] == 0
+    for action in ACTIONS:
         assert any(u.startswith(action) for u in uses), action
     assert flow["permissions"]["security-events"] == "write"
-    assert "git diff --name-only" in gate_step()["run"] and "...HEAD" in gate_step()["run"]
+    assert (flow.get("on") or flow.get(True))["pull_request"]["paths"] == ["data/**"]
+    gate = step("gate")["run"]
+    assert "git diff --name-only" in gate and "...HEAD" in gate and "--baseline" in gate
+
+
+def test_the_install_names_an_installable_pinned_git_requirement():
+    script = step("install")["run"]
+    (spec,) = re.findall(r'"(contrast-audit @ [^"]+)"', script)
+    env = workflow()["env"]
+    filled = spec.replace("${CONTRAST_AUDIT_GIT}", "https://git.example.invalid/contrast-audit.git")
+    filled = filled.replace("${CONTRAST_AUDIT_SHA}", "0" * 40)
+    requirement = Requirement(filled)  # PEP 508: what pip parses
+    assert requirement.name == "contrast-audit"
+    assert requirement.url == f"git+https://git.example.invalid/contrast-audit.git@{'0' * 40}"
+    assert "REPLACE-ME" in env["CONTRAST_AUDIT_GIT"] and "REPLACE-ME" in env["CONTRAST_AUDIT_SHA"]
+    cache = next(s for s in steps() if s.get("name") == "Cache the virtualenv")
+    assert "env.CONTRAST_AUDIT_SHA" in cache["with"]["key"]
+
+
+def test_the_install_step_stops_until_its_placeholders_are_filled(repo: Path, tmp_path: Path):
+    runner = Runner(repo, git(repo, "rev-parse", "HEAD"), tmp_path)
+    flow = workflow()
+    done = runner.run_step(flow, flow["jobs"]["contrast-audit"], step("install"))
+    assert done.returncode == 1
+    assert "::error::Set CONTRAST_AUDIT_GIT and CONTRAST_AUDIT_SHA" in done.stdout
+    assert not (repo / ".venv").exists()  # stopped before creating anything
 
 
 @pytest.mark.slow  # runs the CLI in subprocesses, as CI does
-def test_gate_fails_a_change_that_adds_a_duplicate(repo: Path, tmp_path: Path):
+def test_an_append_of_clean_rows_passes(repo: Path, tmp_path: Path):
     base = git(repo, "rev-parse", "HEAD")
-    with (repo / "data" / "train.jsonl").open("a", encoding="utf-8") as handle:
-        handle.write(jsonl([CLEAN, DUPLICATE, LEAK]))
+    append(repo / "data" / "train.jsonl", CLEAN)
+    commit(repo, "append clean rows")
+    runner = Runner(repo, base, tmp_path)
+    done = runner.run()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert commands(done.stderr) == [] and commands(done.stdout) == []
+    assert "Gate: passed" in runner.summary
+    baseline = json.loads((repo / "reports" / "baseline.json").read_text(encoding="utf-8"))
+    report = json.loads((repo / "reports" / "contrast-audit.json").read_text(encoding="utf-8"))
+    assert len(baseline["input"]["row_hashes"]) == len(OLD_ROWS) and report["baseline"] is not None
+    # The old rows had findings, and the append moved the batches: pairs the base never had now meet.
+    before = {(f["anchor_id"], f["candidate_id"]) for f in baseline["findings"]}
+    after = {(f["anchor_id"], f["candidate_id"]) for f in report["findings"]}
+    assert before and after - before, "the case must re-plan batches with findings, or it tests nothing"
+    assert all(f["baseline"] for f in report["findings"]) and report["counts"]["findings"] == 0
+    assert not (tmp_path / "runner-temp" / "contrast-audit-base").exists()  # the worktree was removed
+
+
+@pytest.mark.slow
+def test_an_append_of_duplicates_fails_naming_only_the_new_rows(repo: Path, tmp_path: Path):
+    base = git(repo, "rev-parse", "HEAD")
+    append(repo / "data" / "train.jsonl", [*OLD_ROWS, LEAK])  # a copy of every old row, then an eval leak
     (repo / "data" / "extra.jsonl").write_text(jsonl([MISLABELLED]), encoding="utf-8")
     (repo / "README.md").write_text("data, more\n", encoding="utf-8")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "add rows")
-
-    done, summary = run_gate(repo, base, tmp_path)
+    commit(repo, "append duplicates")
+    runner = Runner(repo, base, tmp_path)
+    done = runner.run()
     assert done.returncode == 1, done.stderr[-3000:]
     assert (repo / "reports" / "changed-files.txt").read_text().split() == ["data/extra.jsonl", "data/train.jsonl"]
-    errors = [(c[1]["file"], c[1]["line"], c[1]["title"]) for c in commands(done.stderr) if c[0] == "error"]
-    # The new duplicate (line 8) and the old row it repeats (line 3), and the mislabelled negative.
-    assert ("data/train.jsonl", "8", "contrast-audit: In-batch false negative (certain)") in errors
-    assert ("data/train.jsonl", "3", "contrast-audit: In-batch false negative (certain)") in errors
-    assert ("data/extra.jsonl", "1", "contrast-audit: Mislabelled hard negative") in errors
-    assert ("data/train.jsonl", "9", "contrast-audit: Evaluation data leak") in errors
-    assert errors[0][2] == "contrast-audit: Evaluation data leak"  # the worst first
-    assert len(errors) == 4
-    assert commands(done.stdout) == []  # the annotations went to stderr
-    text = summary.read_text(encoding="utf-8")
-    assert "Gate: **FAILED**" in text and "| `certain>0` | 2 | FAILED |" in text
-    assert "| `leaks>0` | 1 | FAILED |" in text and "how do I rotate my api key" in text
-    assert "Answer text 2 on topic 2." in text  # the new row's text, shown in the summary
+    errors = [(c[1]["file"], int(c[1]["line"]), c[1]["title"]) for c in commands(done.stderr) if c[0] == "error"]
+    assert errors and commands(done.stdout) == []  # the annotations went to stderr
+    train = [line for file, line, _ in errors if file == "data/train.jsonl"]
+    assert train and min(train) > len(OLD_ROWS), errors  # only appended lines, never an old row's
+    assert len(train) == len(set(train))  # one annotation per row
+    assert errors[0] == ("data/train.jsonl", 2 * len(OLD_ROWS) + 1, "contrast-audit: Evaluation data leak")
+    assert ("data/extra.jsonl", 1, "contrast-audit: Mislabelled hard negative") in errors
+    assert any(title.startswith("contrast-audit: In-batch false negative") for _, _, title in errors)
+
+    text = runner.summary
+    assert "Gate: **FAILED**" in text and "| `leaks>0` | 1 | FAILED |" in text
+    assert "how do I rotate my api key" in text
     report = json.loads((repo / "reports" / "contrast-audit.json").read_text(encoding="utf-8"))
-    assert report["counts"]["findings"] == 2 and report["counts"]["mislabelled_negatives"] == 1
+    c = report["counts"]
+    assert c["findings"] > 0 and c["in_baseline"]["findings"] >= 0 and c["leaks"] == 1
+    assert c["mislabelled_negatives"] == 1
     sarif = json.loads((repo / "reports" / "contrast-audit.sarif").read_text(encoding="utf-8"))
-    uris = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in sarif["runs"][0]["results"]}
-    assert uris == {"data/train.jsonl", "data/extra.jsonl"}
-    assert "eval-leak" in {r["ruleId"] for r in sarif["runs"][0]["results"]}
+    new = [r for r in sarif["runs"][0]["results"] if r["baselineState"] == "new"]
+    lines = {
+        r["locations"][0]["physicalLocation"]["region"]["startLine"]
+        for r in new
+        if r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "data/train.jsonl"
+    }
+    assert lines and min(lines) > len(OLD_ROWS)
     assert (repo / "reports" / "contrast-audit.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
 
 
 @pytest.mark.slow
-def test_gate_passes_a_clean_change_and_a_change_without_data(repo: Path, tmp_path: Path):
+def test_a_change_without_data_passes(repo: Path, tmp_path: Path):
     base = git(repo, "rev-parse", "HEAD")
     (repo / "README.md").write_text("docs only\n", encoding="utf-8")
-    git(repo, "commit", "-q", "-am", "docs")
-    done, summary = run_gate(repo, base, tmp_path)
+    commit(repo, "docs")
+    runner = Runner(repo, base, tmp_path)
+    done = runner.run()
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "no data files changed" in summary.read_text(encoding="utf-8")
-
-    with (repo / "data" / "train.jsonl").open("a", encoding="utf-8") as handle:
-        handle.write(jsonl([CLEAN]))
-    git(repo, "commit", "-q", "-am", "clean rows")
-    done, summary = run_gate(repo, base, tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert commands(done.stderr) == []
-    assert "Gate: passed" in summary.read_text(encoding="utf-8")
+    assert "no data files changed" in runner.summary
 
 
 def test_pre_commit_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -210,11 +340,19 @@ def test_pre_commit_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     assert not any(pattern.search(p) for p in ("README.md", "package.json", "x.jsonl.bak"))
     # pre-commit runs `entry args... files...`
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "staged.jsonl").write_text(jsonl([*OLD_ROWS, MISLABELLED]), encoding="utf-8")
+    (tmp_path / "staged.jsonl").write_text(jsonl([*OLD_ROWS[:4], MISLABELLED]), encoding="utf-8")
     argv = [*hook["entry"].split()[1:], *hook["args"], "staged.jsonl"]  # after the program name
     env = {"GITHUB_ACTIONS": "", "GITHUB_STEP_SUMMARY": ""}
     done = CliRunner().invoke(app, argv, env=env)
     assert done.exit_code == 1, done.output
-    (tmp_path / "staged.jsonl").write_text(jsonl(OLD_ROWS), encoding="utf-8")
+    (tmp_path / "staged.jsonl").write_text(jsonl([CLEAN[0], CLEAN[1]]), encoding="utf-8")
     done = CliRunner().invoke(app, argv, env=env)
     assert done.exit_code == 0, done.output
+
+
+def test_the_documented_pre_commit_config_pins_a_commit():
+    text = (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
+    configs = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(repos:.*?)```", text, re.S)]
+    remote = next(repo for config in configs for repo in config["repos"] if repo["repo"] != "local")
+    assert "commit sha" in remote["rev"] and not re.fullmatch(r"v?\d+(\.\d+)*", remote["rev"])
+    assert re.search(r"rev: <a full commit sha of it>\s+# the repository has no release tags", text)

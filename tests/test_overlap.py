@@ -294,7 +294,12 @@ def test_baseline_marks_findings_by_ids_and_texts_not_batches(tmp_path):
         ("{not json", "not a readable JSON report"),
         ('{"schema_version": "0", "findings": []}', "schema version '0'"),
         ("[1, 2]", "no schema_version"),
-        ('{"schema_version": "1", "findings": [{"anchor_id": "a"}]}', "lacks"),
+        ('{"schema_version": "1", "findings": []}', "schema version '1'; this version reads '2'"),
+        ('{"schema_version": "2", "findings": []}', "'input.row_hashes' is missing"),
+        ('{"schema_version": "2", "input": {"row_hashes": [1]}}', "not a list of strings"),
+        ('{"schema_version": "2", "input": {"row_hashes": ["abc"]}}', "not 16 hex digits"),
+        ('{"schema_version": "2", "input": {"row_hashes": ["zzzzzzzzzzzzzzzz"]}}', "not 16 hex digits"),
+        ('{"schema_version": "2", "input": {"row_hashes": []}, "overlaps": [{"role": "anchor"}]}', "lacks"),
     ],
 )
 def test_a_bad_baseline_exits_2(tmp_path, files, content, message):

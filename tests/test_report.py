@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from typer.testing import CliRunner
 
@@ -36,7 +37,9 @@ def test_json_report_contract(pairs_file):
     result = scan(str(path), "--batch-size", "8", "--format", "json", "-q")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert report["schema_version"] == "1"
+    assert report["schema_version"] == "2"
+    hashes = report["input"]["row_hashes"]
+    assert len(hashes) == 4 and all(re.fullmatch("[0-9a-f]{16}", h) for h in hashes) and len(set(hashes)) == 4
     assert report["config"]["plan"]["batch_size"] == 8
     assert report["mapping"][0]["layout"] == "anchor/positive/negative"
     assert report["mapping"][0]["negatives"] == ["negative"]

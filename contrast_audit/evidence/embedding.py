@@ -245,18 +245,25 @@ class MarginDetector(_CosineDetector):
             if self.relative_margin is not None
             else f"sim(a, c) > sim(a, p) - {self.absolute_margin}"
         )
+        likely = f"rule holds and cosine(candidate, positive) >= {self.support}"
+        if self.support is None:
+            likely = "never (no --margin-support)"
+            suspect = "rule holds, or the candidate is"
+        elif self.doc_ratio > 0:  # rows are told apart by length only with a ratio
+            likely += (
+                f", in a row whose positive has at least {self.doc_ratio:g} times its anchor's words (query->document)"
+            )
+            suspect = "rule holds alone, in a row whose two texts are alike in length, or the candidate is"
+        else:
+            likely += ", in any row (--margin-doc-ratio 0)"
+            suspect = "rule holds alone, or the candidate is"
         return {
             "rule": rule,
             "relative_margin": self.relative_margin,
             "absolute_margin": self.absolute_margin,
             "support": self.support,
-            "likely_when": "never (no --margin-support)"
-            if self.support is None
-            else f"rule holds and cosine(candidate, positive) >= {self.support}, in a row whose "
-            f"positive has at least {self.doc_ratio:g} times its anchor's words (query->document)",
-            "suspect_when": "rule holds"
-            + ("" if self.support is None else " without the support, in a row whose two texts are alike in length")
-            + ", or the candidate is the row's own hard negative"
+            "likely_when": likely,
+            "suspect_when": f"{suspect} the row's own hard negative"
             + ("" if self.report_suspects else " (not reported; --margin reports them)"),
         }
 

@@ -37,16 +37,18 @@ def summary_line(result: AuditResult) -> str:
         if ref.against or ref.eval
         else ""
     )
+    scope, compared = "", "compared"
     if result.baseline_file is not None:
-        new = c["new"]
+        old = c["in_baseline"]
+        scope, compared = " new since the baseline", "with a new row compared"
         extra += (
-            f"; new since the baseline: {new['findings']} false negatives, {new['mislabelled_negatives']} mislabelled,"
-            f" {new['overlaps']} overlaps, {new['leaks']} leaks"
+            f"; in the baseline (not counted): {old['findings']:,} false negatives, "
+            f"{old['mislabelled_negatives']:,} mislabelled, {old['overlaps']:,} overlaps, {old['leaks']:,} leaks"
         )
     return (
         f"contrast-audit: {plural(c['rows'], 'row')}, {plural(c['batches'], 'batch', 'batches')}, "
-        f"{plural(c['candidates'], 'candidate')} compared: "
-        f"{plural(c['findings'], 'false negative')} ({sev['certain']:,} certain, {sev['likely']:,} likely, "
+        f"{plural(c['candidates'], 'candidate')} {compared}: "
+        f"{plural(c['findings'], 'false negative')}{scope} ({sev['certain']:,} certain, {sev['likely']:,} likely, "
         f"{sev['suspect']:,} suspect), fn-rate {c['fn_rate']:.4%}, "
         f"{plural(c['rows_affected'], 'row')} affected, "
         f"{plural(c['mislabelled_negatives'], 'mislabelled hard negative')}{extra}"

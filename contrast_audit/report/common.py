@@ -11,10 +11,12 @@ from contrast_audit.api import AuditResult
 from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE
 
 
-def top_findings(result: AuditResult, top: int) -> pl.DataFrame:
-    """The most severe findings first (then by batch), with texts, for display."""
-    f = result.active_findings.sort(
-        ["severity_rank", "batch", "anchor_row", "cand_row"], descending=[True, False, False, False]
+def top_findings(result: AuditResult, top: int, *, with_baseline: bool = False) -> pl.DataFrame:
+    """The most severe findings that count first (then by batch), with texts, for display;
+    ``with_baseline``: then those in the baseline (``baseline`` true), after every one that counts."""
+    f = result.unmasked_findings if with_baseline else result.active_findings
+    f = f.sort(
+        ["baseline", "severity_rank", "batch", "anchor_row", "cand_row"], descending=[False, True, False, False, False]
     ).head(top)
     return result.findings_table(f)
 
@@ -52,6 +54,13 @@ def has_margin(evidence_lists: list[list[dict]]) -> bool:
     return any(e["kind"] == "margin" for evidence in evidence_lists for e in evidence)
 
 
+def location(file: str | None, line: int | None) -> str:
+    """``file:line`` (``file: row N`` for Parquet, whose rows have no lines)."""
+    if line is None:
+        return str(file)
+    return f"{file}: row {line}" if str(file).lower().endswith((".parquet", ".pq")) else f"{file}:{line}"
+
+
 def locations(result: AuditResult, rows: np.ndarray) -> list[str]:
     """``file:line`` of each row (``file: row N`` for Parquet, whose rows have no lines)."""
     frame = result.corpus.rows
@@ -60,10 +69,7 @@ def locations(result: AuditResult, rows: np.ndarray) -> list[str]:
     index = pl.Series(np.asarray(rows, dtype=np.int64))
     files = frame.get_column("file").gather(index).to_list()
     lines = frame.get_column("line").gather(index).to_list()
-    return [
-        f"{f}: row {n}" if str(f).lower().endswith((".parquet", ".pq")) else f"{f}:{n}"
-        for f, n in zip(files, lines, strict=True)
-    ]
+    return [location(f, n) for f, n in zip(files, lines, strict=True)]
 
 
 def clip(text: str, width: int = 80) -> str:
@@ -121,9 +127,10 @@ def plan_line(result: AuditResult) -> str:
 
 
 def mislabelled_rows(result: AuditResult, top: int) -> list[dict[str, Any]]:
-    """The first ``top`` mislabelled hard negatives with their row's id and texts."""
+    """The first ``top`` mislabelled hard negatives with their row's id, location and texts."""
     mis = result.active_mislabelled.head(top)
     rows = mis.get_column("anchor_row").to_numpy()
+    at = locations(result, rows)
     ids = result.corpus.rows.get_column("id").gather(rows).to_list()
     anchors = result.corpus.spelling(rows, np.full(mis.height, ANCHOR_ROLE)).to_list()
     positives = result.corpus.spelling(rows, np.full(mis.height, POSITIVE_ROLE)).to_list()
@@ -132,6 +139,7 @@ def mislabelled_rows(result: AuditResult, top: int) -> list[dict[str, Any]]:
         {
             "severity": r["severity"],
             "row_id": str(ids[i]),
+            "location": at[i],
             "negative": f"negative_{r['cand_role']}",
             "anchor_text": anchors[i],
             "positive_text": positives[i],
@@ -159,8 +167,14 @@ def top_overlaps(result: AuditResult, target: str, top: int) -> tuple[int, list[
     return table.height, shown.drop("_i").to_dicts()
 
 
+SCOPE = (
+    "every count, table and plot is of what is new since the baseline: findings with a new row on either side, "
+    "mislabelled negatives, overlaps and leaks of new rows; candidates are the pairs with a new row"
+)
+
+
 def baseline_lines(result: AuditResult) -> list[str]:
-    """'N new, M in baseline' per kind, when a baseline was given."""
+    """What the counts cover, then 'N new, M in baseline' per kind, when a baseline was given."""
     if result.baseline_file is None:
         return []
     c = result.counts()
@@ -171,4 +185,4 @@ def baseline_lines(result: AuditResult) -> list[str]:
         "overlaps": "overlaps with existing data",
         "leaks": "leaks of eval data",
     }
-    return [f"{labels[k]}: {new[k]} new, {old[k]} in baseline" for k in labels]
+    return [f"{result.baseline_file}: {SCOPE}", *(f"{labels[k]}: {new[k]} new, {old[k]} in baseline" for k in labels)]

@@ -2,8 +2,9 @@
 step summary appended to ``$GITHUB_STEP_SUMMARY``.
 
 Annotations go to stderr: the runner reads workflow commands from both streams, and stdout may
-carry the report itself (``--format json`` must stay parseable). Only results that count are
-annotated (not those in the baseline, not those masked by the manifest), most important first:
+carry the report itself (``--format json`` must stay parseable). Only rows with results that count
+are annotated (not those in the baseline, not those masked by the manifest), one annotation per row,
+most important first:
 eval leaks, certain findings, mislabelled negatives, likely findings, overlaps with existing data,
 suspects; at most ``max_annotations``, then one ``::notice::`` saying how many more there are.
 """
@@ -20,7 +21,7 @@ import polars as pl
 from contrast_audit.api import AuditResult
 from contrast_audit.errors import AuditError, ConfigError
 from contrast_audit.gate import GateResult
-from contrast_audit.report.common import clip, evidence_text, plural
+from contrast_audit.report.common import SCOPE, clip, evidence_text, plural
 from contrast_audit.report.located import (
     RULE_BY_ID,
     RULES,
@@ -71,28 +72,49 @@ def annotations_enabled(mode: str, environ: Mapping[str, str] | None = None) -> 
 def annotations(
     result: AuditResult, *, max_annotations: int = DEFAULT_MAX_ANNOTATIONS, root: Path | None = None
 ) -> list[str]:
-    """Workflow-command lines for the results that count, at most ``max_annotations`` of them
-    and a closing notice of how many were left out."""
+    """Workflow-command lines for the rows whose results count, one per row (its most important result;
+    the message says how many more the row has), at most ``max_annotations`` of them and a closing
+    notice of how many rows were left out."""
     if max_annotations < 0:
         raise ConfigError(f"--max-annotations must be >= 0, got {max_annotations}")
-    table = new_only(located(result))
-    # One annotation per offending pair: the same two rows meet in several batches or epochs.
-    table = table.unique(["rule", "file", "line", "role", "other_file", "other_id", "other_role"], keep="first")
-    table = table.sort(["priority", "file", "line", "row_id", "other_id"], nulls_last=True, maintain_order=True)
+    table = new_only(located(result)).sort(
+        ["priority", "file", "line", "row_id", "other_id"], nulls_last=True, maintain_order=True
+    )
+    # One annotation per offending row: a row meets several rows, in several batches, through several texts.
+    row = ["file", "line", "row_id"]
+    table = table.with_columns(pl.len().over(row).alias("_results"))
+    rules = (
+        table.group_by([*row, "rule"], maintain_order=True)
+        .agg(pl.len().alias("_n"))
+        .group_by(row, maintain_order=True)
+        .agg(pl.struct("rule", "_n").alias("_rules"))
+    )
+    firsts = table.unique(row, keep="first", maintain_order=True).join(
+        rules, on=row, how="left", nulls_equal=True, maintain_order="left"
+    )
     lines = []
-    for r in table.head(max_annotations).iter_rows(named=True):
+    for r in firsts.head(max_annotations).iter_rows(named=True):
         rule = RULE_BY_ID[r["rule"]]
+        text = message(r, root)
+        if r["_results"] > 1:
+            kinds = ", ".join(
+                f"{k['_n'] - (k['rule'] == r['rule'])} × {RULE_BY_ID[k['rule']].title.lower()}"
+                for k in r["_rules"]
+                if k["_n"] - (k["rule"] == r["rule"])
+            )
+            more = r["_results"] - 1
+            text += f" This row has {more} more result{'s' if more != 1 else ''} ({kinds}); the reports list each."
         lines.append(
             command(
                 LEVEL_COMMAND[rule.level],
-                message(r, root),
+                text,
                 file=display_path(r["file"], root),
                 line=r["line"] if has_lines(r["file"]) else None,
                 title=f"contrast-audit: {rule.title}",
             )
         )
-    if table.height > max_annotations:
-        more = table.height - max_annotations
+    if firsts.height > max_annotations:
+        more = firsts.height - max_annotations
         lines.append(
             command(
                 "notice",
@@ -125,9 +147,10 @@ def step_summary(result: AuditResult, gate: GateResult | None = None, *, top: in
         out += ["Gate: no `--fail-on` conditions (the scan reports only).", ""]
     out += [
         f"{plural(c['rows'], 'row')}, {plural(c['batches'], 'batch', 'batches')}, "
-        f"{plural(c['candidates'], 'candidate')} compared; "
+        f"{plural(c['candidates'], 'candidate')} {'with a new row ' if result.baseline_file else ''}compared; "
         f"false-negative rate {c['fn_rate']:.4%}.",
         "",
+        *([f"Baseline `{result.baseline_file}`: {SCOPE}.", ""] if result.baseline_file is not None else []),
         "| result | new | baseline | masked | total |",
         "|---|---:|---:|---:|---:|",
     ]
@@ -158,6 +181,8 @@ def step_summary(result: AuditResult, gate: GateResult | None = None, *, top: in
         for r in findings.head(top).iter_rows(named=True):
             if r["rule"] == "mislabelled-negative":  # the row's own hard negative against its positive
                 positive, negative, of = r["other_text"], r["text"], (r["row_id"], r["role"])
+            elif r["at_candidate"]:  # a new row, the negative of an old anchor row
+                positive, negative, of = r["positive_text"], r["text"], (r["row_id"], r["role"])
             else:
                 positive, negative, of = r["positive_text"], r["other_text"], (r["other_id"], r["other_role"])
             out.append(

@@ -13,12 +13,18 @@ from typing import Any
 from contrast_audit import __version__
 from contrast_audit.api import AuditResult
 from contrast_audit.report.common import (
+    OVERLAP_TITLES,
+    baseline_lines,
     embedding_line,
     evidence_text,
+    has_reference,
+    location,
+    locations,
     mapping_lines,
     mislabelled_rows,
     plan_line,
     top_findings,
+    top_overlaps,
 )
 
 SHORT = 280  # characters of a text shown before it folds into <details>
@@ -39,6 +45,7 @@ table.texts td { max-width: 28rem; overflow-wrap: anywhere; white-space: pre-wra
 .sev { border-radius: .3rem; padding: .05rem .4rem; font-weight: 600; white-space: nowrap; }
 .certain { background: #d32f2f; color: #fff; } .likely { background: #f9a825; color: #000; }
 .suspect { background: #4fc3f7; color: #000; }
+.base { border: 1px solid var(--muted); color: var(--muted); border-radius: .3rem; padding: 0 .3rem; font-size: .85em; white-space: nowrap; }
 code { font-size: .9em; }
 footer { margin-top: 2rem; color: var(--muted); font-size: .85em; }
 .plots { display: flex; flex-wrap: wrap; gap: 1rem; }
@@ -66,8 +73,10 @@ def _id(value: Any, *extra: str) -> str:
     return f'<span class="id">{_safe(" ".join([str(value), *extra]))}</span>'
 
 
-def _severity(value: str) -> str:
-    return f'<span class="sev {escape(value)}">{escape(value)}</span>'
+def _severity(value: str, baseline: bool = False) -> str:
+    """A severity badge; a result the baseline holds is marked as such (it does not count)."""
+    mark = ' <span class="base" title="in the baseline: not counted">baseline</span>' if baseline else ""
+    return f'<span class="sev {escape(value)}">{escape(value)}</span>{mark}'
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[str]], *, numeric: Sequence[int] = (), cls: str = "") -> str:
@@ -122,6 +131,7 @@ def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
     if c["skipped_rows"]:
         about.append(("skipped", f"{c['skipped_rows']} bad rows (the JSON report lists each location)"))
     about += [("warning", line) for line in result.warnings]
+    about += [("baseline", line) for line in baseline_lines(result)]
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -147,6 +157,11 @@ def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
                 ("false-negative rate", f"{c['fn_rate']:.4%}"),
                 ("rows affected", str(c["rows_affected"])),
                 ("mislabelled hard negatives", str(c["mislabelled_negatives"])),
+                *(
+                    (("overlaps with existing data", str(c["overlaps"])), ("leaks of eval data", str(c["leaks"])))
+                    if has_reference(result) or result.overlaps.height
+                    else ()
+                ),
             ],
             numeric=[1],
         ),
@@ -174,22 +189,34 @@ def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
                 numeric=range(1, 9),
             )
         )
-    if c["findings"]:
-        shown = top_findings(result, top)
-        out.append(f"<h2>Top {shown.height} of {c['findings']} findings</h2>")
+    in_baseline = c["in_baseline"]["findings"]
+    if c["findings"] or in_baseline:
+        shown = top_findings(result, top, with_baseline=True)
+        anchors_at = locations(result, shown.get_column("anchor_row").to_numpy())
+        candidates_at = locations(result, shown.get_column("cand_row").to_numpy())
+        title = f"Top {shown.height} of {c['findings']} findings"
+        if result.baseline_file is not None:
+            title = (
+                f"Top {shown.height} findings: {c['findings']} new since the baseline first, "
+                f"then {in_baseline} in the baseline (marked, not counted)"
+            )
+        out.append(f"<h2>{escape(title)}</h2>")
         out.append(
             _table(
                 ["severity", "batch", "anchor", "its positive", "alleged negative", "evidence"],
                 [
                     (
-                        _severity(r["severity"]),
+                        _severity(r["severity"], r["baseline"]),
                         str(r["batch"]),
-                        _text(r["anchor_text"]) + _id(r["anchor_id"]),
+                        _text(r["anchor_text"]) + _id(anchor_at, "·", r["anchor_id"]),
                         _text(r["positive_text"]),
-                        _text(r["candidate_text"]) + _id(r["candidate_id"], r["candidate_role"], "·", r["direction"]),
+                        _text(r["candidate_text"])
+                        + _id(cand_at, "·", r["candidate_id"], r["candidate_role"], "·", r["direction"]),
                         escape(evidence_text(r["evidence"])),
                     )
-                    for r in shown.iter_rows(named=True)
+                    for r, anchor_at, cand_at in zip(
+                        shown.iter_rows(named=True), anchors_at, candidates_at, strict=True
+                    )
                 ],
                 numeric=[1],
                 cls="texts",
@@ -204,13 +231,39 @@ def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
                 [
                     (
                         _severity(r["severity"]),
-                        _safe(r["row_id"]),
+                        _safe(r["location"]) + _id(r["row_id"]),
                         _text(r["anchor_text"]),
                         _text(r["positive_text"]),
                         _text(r["negative_text"]) + _id(r["negative"]),
                         escape(evidence_text(r["evidence"])),
                     )
                     for r in shown
+                ],
+                cls="texts",
+            )
+        )
+    for target in ("eval", "existing"):
+        total, overlaps = top_overlaps(result, target, top)
+        if not total:
+            continue
+        counted = c["leaks" if target == "eval" else "overlaps"]
+        out.append(
+            f"<h2>{escape(OVERLAP_TITLES[target])} ({len(overlaps)} of {total}: {counted} new, "
+            f"{total - counted} in the baseline)</h2>"
+        )
+        out.append(
+            _table(
+                ["severity", "new row", "text", "matched row", "matched text", "evidence"],
+                [
+                    (
+                        _severity(r["severity"], r["baseline"]),
+                        _safe(location(r["file"], r["line"])) + _id(r["row_id"], r["role"]),
+                        _text(r["text"] or ""),
+                        _safe(location(r["target_file"], r["target_line"])) + _id(r["target_id"], r["target_role"]),
+                        _text(r["target_text"] or ""),
+                        escape(evidence_text(r["evidence"])),
+                    )
+                    for r in overlaps
                 ],
                 cls="texts",
             )

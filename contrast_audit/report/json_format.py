@@ -1,7 +1,7 @@
 """JSON report: stable key order and formatting, so the same inputs give the same bytes.
 
-The three row lists (findings, mislabelled negatives, overlaps) are written ``ROWS_PER_SLICE`` rows
-at a time from their frames (``report.stream``), so memory does not hold a Python object per
+The four row lists (findings, mislabelled negatives, overlaps, the rows' content hashes) are written
+``ROWS_PER_SLICE`` rows at a time from their frames (``report.stream``), so memory does not hold a Python object per
 finding; the text is byte for byte ``json.dumps(result.report(), indent=2, ensure_ascii=False)``
 (tested).
 """
@@ -26,8 +26,15 @@ def chunks(result: AuditResult, **_: object) -> Iterator[str]:
     """The report's text in pieces: the head with each row list written slice by slice."""
     frames = result.report_rows()
     marks = placeholders(frames)
-    return spliced(result.report(rows=marks), marks, {name: _slices(frame) for name, frame in frames.items()})
+    lists = {name: _slices(frame, plain=name == "row_hashes") for name, frame in frames.items()}
+    return spliced(result.report(rows=marks), marks, lists)
 
 
-def _slices(frame: pl.DataFrame):
-    return lambda: (frame.slice(lo, ROWS_PER_SLICE).to_dicts() for lo in range(0, frame.height, ROWS_PER_SLICE))
+def _slices(frame: pl.DataFrame, *, plain: bool = False):
+    """A frame's rows a slice at a time: objects, or (``plain``, one column) bare values."""
+
+    def part(lo: int) -> list:
+        piece = frame.slice(lo, ROWS_PER_SLICE)
+        return piece.to_series().to_list() if plain else piece.to_dicts()
+
+    return lambda: (part(lo) for lo in range(0, frame.height, ROWS_PER_SLICE))

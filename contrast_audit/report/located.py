@@ -3,7 +3,8 @@ annotations and the step summary read.
 
 Each in-batch false negative is located at its anchor's row (the row whose training signal it
 spoils; a symmetric finding is also reported from the other side), with the candidate's row as the
-related location. A mislabelled hard negative is located at its own row; an overlap (``scan
+related location; with a baseline, a finding between an old anchor row and a new candidate row is
+located at the new row, the one that brought it, with the anchor's row as the related location. A mislabelled hard negative is located at its own row; an overlap (``scan
 --against/--eval``) at the new row, with the matched target row as the related location.
 """
 
@@ -146,6 +147,8 @@ def _role_code(names: pl.Series) -> np.ndarray:
 
 
 def _findings(result: AuditResult) -> pl.DataFrame:
+    """Findings at their anchor's row; with a baseline, one whose anchor's row is old and whose candidate's
+    row is new sits at the candidate's row (``at_candidate``), the row that brought it."""
     f = result.findings
     if f.height == 0:
         return pl.DataFrame(schema=SCHEMA)
@@ -153,23 +156,40 @@ def _findings(result: AuditResult) -> pl.DataFrame:
     anchor = f.get_column("anchor_row").to_numpy()
     cand = f.get_column("cand_row").to_numpy()
     roles = f.get_column("cand_role").to_numpy()
-    anchor_positive = result.corpus.spelling(anchor, np.full(f.height, POSITIVE_ROLE))
-    anchor_text = result.corpus.spelling(anchor, np.full(f.height, ANCHOR_ROLE))
+    new = result.new_rows
+    flip = (~new[anchor] & new[cand]) if new is not None else np.zeros(f.height, dtype=bool)
+    sides = pl.DataFrame(
+        {
+            "a_file": rows.get_column("file").gather(anchor),
+            "a_line": rows.get_column("line").gather(anchor),
+            "a_id": rows.get_column("id").gather(anchor),
+            "a_role": np.full(f.height, ANCHOR_ROLE, dtype=np.int64),
+            "a_text": result.corpus.spelling(anchor, np.full(f.height, ANCHOR_ROLE)),
+            "c_file": rows.get_column("file").gather(cand),
+            "c_line": rows.get_column("line").gather(cand),
+            "c_id": rows.get_column("id").gather(cand),
+            "c_role": roles.astype(np.int64),
+            "c_text": result.corpus.spelling(cand, roles),
+            "flip": flip,
+        }
+    )
+
+    def side(here: str, there: str, name: str) -> pl.Expr:
+        return pl.when(pl.col("flip")).then(pl.col(f"{there}_{name}")).otherwise(pl.col(f"{here}_{name}"))
+
+    located_sides = sides.select(
+        *(side("a", "c", k).alias(out) for k, out in (("file", "file"), ("line", "line"), ("id", "row_id"))),
+        side("a", "c", "role").alias("role_code"),
+        side("a", "c", "text").alias("text"),
+        *(side("c", "a", k).alias(f"other_{k}") for k in ("file", "line", "id", "text")),
+        side("c", "a", "role").alias("other_role_code"),
+        pl.col("flip").alias("at_candidate"),
+    )
     return pl.DataFrame(
         {
             "rule": "false-negative-" + f.get_column("severity").cast(pl.String),
             "severity": f.get_column("severity").cast(pl.String),
-            "file": rows.get_column("file").gather(anchor),
-            "line": rows.get_column("line").gather(anchor),
-            "row_id": rows.get_column("id").gather(anchor),
-            "role": pl.Series(["anchor"] * f.height, dtype=pl.String),
-            "text": anchor_text,
-            "positive_text": anchor_positive,
-            "other_file": rows.get_column("file").gather(cand),
-            "other_line": rows.get_column("line").gather(cand),
-            "other_id": rows.get_column("id").gather(cand),
-            "other_role_code": roles,
-            "other_text": result.corpus.spelling(cand, roles),
+            "positive_text": result.corpus.spelling(anchor, np.full(f.height, POSITIVE_ROLE)),
             "batch": f.get_column("batch"),
             "epoch": f.get_column("epoch"),
             "direction": f.get_column("direction"),
@@ -177,7 +197,7 @@ def _findings(result: AuditResult) -> pl.DataFrame:
             "baseline": f.get_column("baseline"),
             "masked": f.get_column("masked"),
         }
-    )
+    ).hstack(located_sides)
 
 
 def _mislabelled(result: AuditResult) -> pl.DataFrame:
@@ -252,21 +272,26 @@ def _overlaps(result: AuditResult) -> pl.DataFrame:
 
 
 def located(result: AuditResult) -> pl.DataFrame:
-    """Every finding, mislabelled negative and overlap as one located result (``SCHEMA`` plus
-    ``positive_text`` for findings), ordered by kind priority, then file, line and ids."""
+    """Every finding, mislabelled negative and overlap as one located result (``SCHEMA`` plus, for
+    findings, ``positive_text`` and ``at_candidate``), ordered by kind priority, then file, line and ids."""
     frames = []
     findings = _findings(result)
     if findings.height:
         findings = findings.with_columns(
-            pl.col("other_role_code")
-            .replace_strict({ANCHOR_ROLE: "anchor", POSITIVE_ROLE: "positive"}, default=None, return_dtype=pl.String)
-            .fill_null(pl.format("negative_{}", pl.col("other_role_code")))
-            .alias("other_role")
-        ).drop("other_role_code")
+            *(
+                pl.col(f"{name}_code")
+                .replace_strict(
+                    {ANCHOR_ROLE: "anchor", POSITIVE_ROLE: "positive"}, default=None, return_dtype=pl.String
+                )
+                .fill_null(pl.format("negative_{}", pl.col(f"{name}_code")))
+                .alias(name)
+                for name in ("role", "other_role")
+            )
+        ).drop("role_code", "other_role_code")
         frames.append(findings)
     frames.append(_mislabelled(result))
     frames.append(_overlaps(result))
-    schema = {**SCHEMA, "positive_text": pl.String}
+    schema = {**SCHEMA, "positive_text": pl.String, "at_candidate": pl.Boolean}
     aligned = [
         f.with_columns(*(pl.lit(None, dtype).alias(name) for name, dtype in schema.items() if name not in f.columns))
         .with_columns(pl.col("rule").replace_strict(PRIORITY, return_dtype=pl.Int64).alias("priority"))
@@ -282,13 +307,13 @@ def located(result: AuditResult) -> pl.DataFrame:
 
 
 def counts(table: pl.DataFrame) -> dict[str, dict[str, int]]:
-    """Per rule: ``total``, ``new`` (neither baseline nor masked), ``baseline``, ``masked``."""
+    """Per rule: ``total`` = ``new`` (neither baseline nor masked) + ``baseline`` (not masked) + ``masked``."""
     out = {rule.id: {"total": 0, "new": 0, "baseline": 0, "masked": 0} for rule in RULES}
     if table.height:
         agg = table.group_by("rule").agg(
             pl.len().alias("total"),
             (~pl.col("baseline") & ~pl.col("masked")).sum().alias("new"),
-            pl.col("baseline").sum().alias("baseline"),
+            (pl.col("baseline") & ~pl.col("masked")).sum().alias("baseline"),
             pl.col("masked").sum().alias("masked"),
         )
         for r in agg.iter_rows(named=True):

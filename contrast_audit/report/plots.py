@@ -130,10 +130,8 @@ def _sample(scores: pl.DataFrame, limit: int) -> pl.DataFrame:
     return pl.concat([others, flagged])
 
 
-def scatter_plot(scores: pl.DataFrame | None) -> Plot:
-    title = "Anchor–positive score vs the highest in-batch negative"
-    if scores is None:
-        return Plot("scatter", title, None, "Embedding evidence is off (--no-embeddings): there are no scores to plot.")
+def scatter_figure(scores: pl.DataFrame) -> Any:
+    """The scatter plot's figure; its legend sits outside the axes, so it covers no point."""
     shown = _sample(scores, MAX_POINTS)
     fig = _figure()
     ax = fig.subplots()
@@ -155,13 +153,23 @@ def scatter_plot(scores: pl.DataFrame | None) -> Plot:
     ax.plot([lo, 1.0], [lo, 1.0], color="#9e9e9e", linewidth=0.8, linestyle="--", label="negative = positive")
     ax.set_xlabel("cosine(anchor, its positive)")
     ax.set_ylabel("highest cosine(anchor, in-batch negative)")
-    ax.legend(loc="lower right", frameon=False)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False)
+    return fig
+
+
+def scatter_plot(scores: pl.DataFrame | None) -> Plot:
+    title = "Anchor–positive score vs the highest in-batch negative"
+    if scores is None:
+        return Plot("scatter", title, None, "Embedding evidence is off (--no-embeddings): there are no scores to plot.")
+    flagged = int(scores.get_column("flagged").sum())
     caption = (
-        f"{scores.height} anchors; above the dashed line an in-batch negative outscores the anchor's own positive."
+        f"{scores.height} anchors, {flagged} flagged (the anchors of the findings that count, as in rows affected); "
+        "above the dashed line an in-batch negative outscores the anchor's own positive."
     )
+    shown = _sample(scores, MAX_POINTS)
     if shown.height < scores.height:
         caption += f" {shown.height} drawn: every flagged anchor and evenly spaced others."
-    return Plot("scatter", title, _svg(fig), caption)
+    return Plot("scatter", title, _svg(scatter_figure(scores)), caption)
 
 
 def margin_plot(scores: pl.DataFrame | None) -> Plot:
@@ -303,4 +311,4 @@ def plots(result: AuditResult) -> list[Plot]:
         ]
 
 
-__all__ = ["MAX_POINTS", "Plot", "anchor_scores", "cluster_sizes", "plots"]
+__all__ = ["MAX_POINTS", "Plot", "anchor_scores", "cluster_sizes", "plots", "scatter_figure"]

@@ -51,6 +51,13 @@ def message(r: dict[str, Any], root: Path | None = None) -> str:
     text = clip(r["text"] or "", TEXT_WIDTH)
     other = where(r["other_file"], r["other_line"], root)
     rule = r["rule"]
+    if rule.startswith("false-negative-") and r.get("at_candidate"):
+        return (
+            f"Row {r['row_id']}: its {r['role']} “{text}” is an in-batch negative of the anchor "
+            f"“{clip(r['other_text'] or '', TEXT_WIDTH)}” (positive “{clip(r['positive_text'] or '', TEXT_WIDTH)}”) "
+            f"of row {r['other_id']} ({other}) in batch {r['batch']} ({r['direction']}), yet it is equivalent "
+            f"({r['severity']}); evidence: {evidence}."
+        )
     if rule.startswith("false-negative-"):
         return (
             f"Row {r['row_id']}: anchor “{text}” (positive “{clip(r['positive_text'] or '', TEXT_WIDTH)}”) is "

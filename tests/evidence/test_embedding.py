@@ -125,7 +125,13 @@ def test_margin_is_likely_only_in_query_to_document_rows():
     store = FixedStore({**VECTORS, long_doc: VECTORS["d0"]})
     det = prepared(MarginDetector(store, None, 0.5, support=0.9, report_suspects=True, doc_ratio=2.0), corpus_of(rows))
     assert det.detect(q2d_pairs(corpus_of(rows), [0], [1])).severity.tolist() == [LIKELY]
-    assert "query->document" in det.info()["likely_when"]
+    assert "at least 2 times its anchor's words (query->document)" in det.info()["likely_when"]
+    # Without a ratio every row qualifies, and the settings say so (not "at least 0 times").
+    info = prepared(
+        MarginDetector(store, None, 0.5, support=0.9, report_suspects=True, doc_ratio=0.0), corpus_of(rows)
+    ).info()
+    assert "in any row" in info["likely_when"] and "times" not in info["likely_when"]
+    assert "alike in length" not in info["suspect_when"]
 
 
 def test_margin_alone_never_makes_a_rows_own_hard_negative_likely():

@@ -77,3 +77,22 @@ def test_report_plots_render_offline(chromium: str, tmp_path: Path, monkeypatch:
     with Image.open(shot) as image:
         red = int((np.asarray(image.convert("RGB")) == RED).all(axis=2).sum())
     assert red > 20000, red  # the bars are drawn (a severity badge alone is a few hundred pixels)
+
+
+def test_a_missing_chromium_skips_loudly_and_installs_nothing(monkeypatch: pytest.MonkeyPatch):
+    import shutil
+
+    import browser_support as browser
+
+    def no_subprocess(*args, **kwargs):
+        raise AssertionError(f"the tests ran a command: {args}")
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(subprocess, "run", no_subprocess)
+    monkeypatch.setattr(subprocess, "Popen", no_subprocess)
+    monkeypatch.delenv(browser.REQUIRE, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="make test-browser"):
+        browser.find_chromium()
+    monkeypatch.setenv(browser.REQUIRE, "require")
+    with pytest.raises(pytest.fail.Exception, match="chromium is not on PATH"):
+        browser.find_chromium()

@@ -93,6 +93,36 @@ def test_at_most_max_annotations_and_a_notice(data: Path):
         annotations(full_result(data), max_annotations=-1)
 
 
+def test_one_annotation_per_offending_row(data: Path):
+    """A new row leaking one eval row through four text pairings is one annotation; the notice counts rows."""
+    import dataclasses
+
+    import polars as pl
+    from ci_support import overlaps_for
+
+    result = full_result(data)
+    leak = overlaps_for(data).filter(pl.col("target") == "eval")
+    pairings = [("anchor", "query"), ("anchor", "title"), ("positive", "query"), ("positive", "title")]
+    leaks = pl.concat([leak.with_columns(role=pl.lit(r), target_role=pl.lit(tr)) for r, tr in pairings])
+    result = dataclasses.replace(result, overlaps=pl.concat([leaks, result.overlaps.filter(pl.col("baseline"))]))
+    parsed = [parse_command(line) for line in annotations(result)]
+    at = [(p[1]["file"], p[1]["line"]) for p in parsed]
+    assert at == [
+        ("data/pairs.jsonl", "5"),
+        ("data/pairs.jsonl", "1"),
+        ("data/pairs.jsonl", "2"),
+        ("data/pairs.jsonl", "4"),
+    ]
+    assert parsed[0][1]["title"] == "contrast-audit: Evaluation data leak"
+    assert "This row has 3 more results (3 × evaluation data leak)" in parsed[0][2]
+    assert "more result" not in parsed[1][2]  # row a: one finding
+
+    lines = annotations(result, max_annotations=1)
+    name, _, notice = parse_command(lines[-1])
+    assert len(lines) == 2 and name == "notice"
+    assert notice.startswith("contrast-audit: 3 more offending rows not annotated")  # rows 1, 2 and 4, not 6 results
+
+
 def test_annotations_enabled():
     assert annotations_enabled("auto", {"GITHUB_ACTIONS": "true"})
     assert not annotations_enabled("auto", {})

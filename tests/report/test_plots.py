@@ -113,3 +113,26 @@ def test_anchor_scores_match_the_judges_pairs(tmp_path: Path, batch_size: int):
     seen = np.isfinite(expected)
     assert scores.get_column("row").to_list() == np.flatnonzero(seen).tolist()
     np.testing.assert_allclose(scores.get_column("negative_score").to_numpy(), expected[seen], atol=1e-6)
+
+
+def test_html_has_overlap_tables_locations_and_marks_the_baseline(data: Path):
+    from ci_support import flag
+
+    result = flag(full_result(data), findings={"baseline": [True, False]})
+    result = dataclasses.replace(result, baseline_file="baseline.json")
+    page = render(result)
+    # Both kinds of overlap, each row at its file:line, the one in the baseline marked.
+    assert "<h2>Leaks of eval data (1 of 1: 1 new, 0 in the baseline)</h2>" in page
+    assert "<h2>Repeats of existing data (1 of 1: 0 new, 1 in the baseline)</h2>" in page
+    assert f"{data}:5" in page and "eval/queries.jsonl:17" in page and "train/old.jsonl:9" in page
+    # The findings table locates both rows and lists the baseline finding after the one that counts, marked.
+    findings = page.split("<h2>Top 2 findings: 1 new since the baseline first, then 1 in the baseline")[1].split(
+        "</table>"
+    )[0]
+    assert f"{data}:1" in findings and f"{data}:2" in findings
+    assert findings.count('class="base"') == 1
+    assert findings.index('class="base"') > findings.index("</tr>")  # the counted one first
+    assert '<td>leaks of eval data</td><td class="n">1</td>' in page
+    mislabelled = page.split("<h2>Mislabelled hard negatives")[1].split("</table>")[0]
+    assert f"{data}:4" in mislabelled
+    assert "at least 0 times" not in page
