@@ -18,7 +18,7 @@ import polars as pl
 
 from contrast_audit.config import ColumnMapping, NormaliseConfig
 from contrast_audit.errors import InputError
-from contrast_audit.io.readers import STDIN, STDIN_NAME, RawTable, read_raw
+from contrast_audit.io.readers import KEY, STDIN, STDIN_NAME, TEXT, TEXTS, RawTable, read_raw
 from contrast_audit.normalise import normalise_expr, nothing_left
 
 # Recognised layouts, tried in order: (name, anchor, positive candidates, negative patterns).
@@ -203,12 +203,13 @@ def load_rows(
     offset = 0
     for path in files:
 
-        def text_columns(columns: list[str], _path: str = str(path)) -> dict[str, bool]:
+        def column_kinds(columns: list[str], _path: str = str(path)) -> dict[str, str]:
             m = resolve_mapping(_path, columns, user)
+            keys = [c for c in (m.id, m.source, m.cohort, m.group) if c is not None]
             # Lists of texts are allowed for positives and negatives, never for the anchor.
-            return {m.positive: True, **dict.fromkeys(m.negatives, True), m.anchor: False}
+            return {**dict.fromkeys(keys, KEY), m.positive: TEXTS, **dict.fromkeys(m.negatives, TEXTS), m.anchor: TEXT}
 
-        raw = read_raw(path, on_bad_row, text_columns)
+        raw = read_raw(path, on_bad_row, column_kinds)
         mapping = resolve_mapping(raw.path, raw.frame.columns, user)
         skipped.extend(
             BadRow(str(path), where, None, reason) if raw.lines is not None else BadRow(str(path), None, where, reason)
@@ -272,10 +273,53 @@ def _list_problem(name: str, dtype: pl.DataType, required: bool, norm: Normalise
     return expr
 
 
+# Key columns (id, source, cohort, group) hold text or scalars, read as the text they were written as.
+
+
+def _as_text(frame: pl.DataFrame, path: str, names: list[str]) -> pl.DataFrame:
+    """Dictionary-encoded (Categorical, Enum) text columns and lists of them as plain text; a Binary
+    column as text when every value is UTF-8 (else the first value that is not is an error)."""
+    casts = []
+    for name in dict.fromkeys(names):
+        dtype = frame.schema[name]
+        inner = dtype.inner if isinstance(dtype, pl.List) else dtype
+        if isinstance(inner, (pl.Categorical, pl.Enum)):
+            casts.append(pl.col(name).cast(pl.List(pl.String) if isinstance(dtype, pl.List) else pl.String))
+        elif dtype == pl.Binary:
+            try:
+                frame = frame.with_columns(pl.col(name).cast(pl.String))
+            except pl.exceptions.PolarsError:
+                values = frame.get_column(name).to_list()
+                row = next(i for i, v in enumerate(values) if v is not None and not _utf8(v))
+                raise InputError(
+                    path,
+                    f"column '{name}' holds bytes that are not UTF-8 text",
+                    row=row + 1,
+                    fix=f"store '{name}' as UTF-8 strings (or integers for ids)",
+                ) from None
+    return frame.with_columns(casts) if casts else frame
+
+
+def _utf8(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _key_problem(name: str, dtype: pl.DataType, role: str) -> pl.Expr | None:
+    """A key column (id, source, cohort, group) of a type that has no text form."""
+    if dtype.is_numeric() or dtype.is_temporal() or dtype in (pl.String, pl.Null, pl.Boolean):
+        return None
+    return pl.lit(f"column '{name}' (the {role}) is {dtype}, not a string or number")
+
+
 def _canonical(
     raw: RawTable, m: FileMapping, offset: int, on_bad_row: str, norm: NormaliseConfig
 ) -> tuple[pl.DataFrame, list[BadRow]]:
-    frame = raw.frame
+    keys = {"id": m.id, "source": m.source, "cohort": m.cohort, "group": m.group}
+    frame = _as_text(raw.frame, raw.path, [m.anchor, m.positive, *m.negatives, *(c for c in keys.values() if c)])
     schema = frame.schema
     n = frame.height
     index = raw.index if raw.index is not None else np.arange(n, dtype=np.int64)
@@ -303,6 +347,10 @@ def _canonical(
                 if dtype == pl.String
                 else _text_problem(name, dtype, norm)
             )
+    for role, name in keys.items():
+        problem = None if name is None else _key_problem(name, schema[name], role)
+        if problem is not None:
+            checks.append(problem)
     if m.id is not None:
         checks.append(pl.when(pl.col(m.id).is_null()).then(pl.lit(f"column '{m.id}' (the id) is null")))
 
@@ -315,7 +363,9 @@ def _canonical(
         if on_bad_row != "skip":
             loc = {"line": first["__where"]} if raw.lines is not None else {"row": first["__where"]}
             fix = SKIP_FIX
-            if "not text" in first["__problem"] or "is a list" in first["__problem"]:
+            if "not a string or number" in first["__problem"]:
+                fix = "store the column as strings or integers, map another with --id/--source/--cohort/--group, or pass --on-bad-row skip"
+            elif "not text" in first["__problem"] or "is a list" in first["__problem"]:
                 fix = "map a text column with --anchor/--positive/--negative, or pass --on-bad-row skip"
             raise InputError(raw.path, first["__problem"], **loc, fix=fix)
         lines_col = bad_frame.get_column("__where").to_list()

@@ -46,6 +46,17 @@ FAST_JSON_MAX_BRACKETS = 256  # how long a FIFO may stay without a writer before
 # A \uD800-\uDFFF escape: half of a UTF-16 surrogate pair, valid JSON only as a pair.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
+# What a column's JSON values must be, as ``json_types`` names them: one text, a text or a list of texts
+# (positives, negatives), or a key (id, source, cohort, group: a string, number or boolean, kept as written).
+TEXT = "text"
+TEXTS = "texts"
+KEY = "key"
+ColumnKinds = Callable[[list[str]], dict[str, str]]
+
+
+class _Number(str):
+    """A JSON number kept as the digits written (ids beyond int64 or float precision stay exact)."""
+
 
 @dataclass
 class RawTable:
@@ -108,12 +119,11 @@ def file_kind(path: Path) -> str:
     return kind
 
 
-def read_raw(path: Path, on_bad_row: str, json_types: Callable[[list[str]], dict[str, bool]]) -> RawTable:
+def read_raw(path: Path, on_bad_row: str, json_types: ColumnKinds) -> RawTable:
     """Read one file into a ``RawTable``.
 
-    ``json_types`` maps a file's column names to the names whose values must be text, each with
-    whether a list of texts is allowed too; JSON values of any other type in those columns are
-    reported with their line.
+    ``json_types`` maps a file's column names to the kind of value each mapped column must hold (``TEXT``,
+    ``TEXTS`` or ``KEY``); JSON values of any other type in those columns are reported with their line.
     """
     stream = _is_stream(path)
     data = _read_bytes(path)
@@ -213,7 +223,7 @@ def _split_lines(text: str) -> tuple[list[str], np.ndarray]:
     return kept.get_column("line").to_list(), kept.get_column("no").to_numpy().astype(np.int64)
 
 
-def _read_jsonl(path: Path, text: str, on_bad_row: str, json_types: Callable[[list[str]], dict[str, bool]]) -> RawTable:
+def _read_jsonl(path: Path, text: str, on_bad_row: str, json_types: ColumnKinds) -> RawTable:
     import pyarrow as pa
     import pyarrow.json as pj
 
@@ -254,7 +264,7 @@ def _loads(text: str) -> object:
     """``json.loads`` that reports nesting too deep for Python and lone UTF-16 surrogates
     (``"\\ud800"``, which no UTF-8 output can hold) as ``_JSONProblem``."""
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_int=_Number, parse_float=_Number)
     except RecursionError:
         raise _JSONProblem(
             "nests arrays or objects too deeply to read", "flatten the value; texts must be strings"
@@ -268,6 +278,17 @@ def _loads(text: str) -> object:
             "write the character as a valid surrogate pair or drop it, or pass --on-bad-row skip",
             line,
         )
+    return value
+
+
+def _plain(value: object) -> object:
+    """``value`` with JSON numbers as Python numbers again (for a column that is not mapped)."""
+    if isinstance(value, _Number):
+        return int(value) if value.lstrip("-").isdigit() and len(value) < 4000 else float(value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
     return value
 
 
@@ -296,14 +317,18 @@ def _lone_surrogate_at(text: str) -> int:
     return matches[0].start() if matches else 0
 
 
-def _json_types_ok(frame: pl.DataFrame, text_columns: dict[str, bool]) -> bool:
-    for name, lists in text_columns.items():
+def _json_types_ok(frame: pl.DataFrame, kinds: dict[str, str]) -> bool:
+    """Whether Arrow read every mapped column as its kind allows, exactly: keys only as text or int64
+    (a number Arrow read as a float may have lost digits; the line-by-line reader keeps them)."""
+    for name, kind in kinds.items():
         if name not in frame.columns:
             continue
         dtype = frame.schema[name]
         if dtype == pl.Null or dtype == pl.String:
             continue
-        if lists and (dtype == pl.List(pl.String) or dtype == pl.List(pl.Null)):
+        if kind == TEXTS and (dtype == pl.List(pl.String) or dtype == pl.List(pl.Null)):
+            continue
+        if kind == KEY and dtype == pl.Int64:
             continue
         return False
     return True
@@ -314,7 +339,7 @@ def _read_jsonl_slow(
     lines: list[str],
     numbers: np.ndarray,
     on_bad_row: str,
-    json_types: Callable[[list[str]], dict[str, bool]],
+    json_types: ColumnKinds,
 ) -> RawTable:
     """Line-by-line parsing, used only when the fast reader refuses the file: it finds the exact
     line and reason, and under ``--on-bad-row skip`` keeps every good line."""
@@ -353,12 +378,12 @@ def _read_jsonl_slow(
     if not records:
         raise InputError(str(path), "no valid rows", fix="check the file's format")
     columns = list(dict.fromkeys(key for record in records for key in record))
-    text_columns = json_types(columns)
-    good = _check_types(path, records, kept, text_columns, on_bad_row, skipped, by_row=False)
+    kinds = json_types(columns)
+    good = _check_types(path, records, kept, kinds, on_bad_row, skipped, by_row=False)
     records = [r for r, ok in zip(records, good, strict=True) if ok]
     numbers_kept = np.asarray(kept, dtype=np.int64)[good]
     frame = pl.DataFrame(
-        {name: _column(records, name, name in text_columns) for name in columns},
+        {name: _column(records, name, kinds.get(name)) for name in columns},
         strict=False,
     )
     index = np.asarray(positions, dtype=np.int64)[good]
@@ -369,43 +394,59 @@ def _check_types(
     path: Path,
     records: list[dict],
     where: list[int],
-    text_columns: dict[str, bool],
+    kinds: dict[str, str],
     on_bad_row: str,
     skipped: list[tuple[int, str]],
     by_row: bool,
 ) -> np.ndarray:
-    """Which records hold text (or, where allowed, lists of text) in every text column."""
+    """Which records hold the kind of value each mapped column needs: text (or, where allowed, lists of
+    text), or for a key column a string, number or boolean."""
     good = np.ones(len(records), dtype=bool)
     for index, record in enumerate(records):
-        for name, lists in text_columns.items():
+        for name, kind in kinds.items():
             value = record.get(name)
-            if value is None or isinstance(value, str):
+            if value is None or (isinstance(value, str) and not isinstance(value, _Number)):
                 continue
-            if lists and isinstance(value, list) and all(isinstance(v, str) or v is None for v in value):
+            if kind == KEY and isinstance(value, (_Number, bool)):
                 continue
-            reason = f"column '{name}' is a JSON {_json_type(value)}, not text"
-            fix = "make the value a string or pass --on-bad-row skip"
+            if kind == TEXTS and isinstance(value, list) and all(_is_text(v) or v is None for v in value):
+                continue
+            if kind == KEY:
+                reason = f"column '{name}' is a JSON {_json_type(value)}, not a string or number"
+                fix = f"write '{name}' as a string or number, or pass --on-bad-row skip"
+            else:
+                reason = f"column '{name}' is a JSON {_json_type(value)}, not text"
+                fix = "make the value a string or pass --on-bad-row skip"
             _bad(path, where[index], reason, on_bad_row, skipped, fix, by_row=by_row)
             good[index] = False
             break
     return good
 
 
-def _column(records: list[dict], name: str, text: bool) -> pl.Series:
+def _is_text(value: object) -> bool:
+    return isinstance(value, str) and not isinstance(value, _Number)
+
+
+def _column(records: list[dict], name: str, kind: str | None) -> pl.Series:
     values = [record.get(name) for record in records]
-    if text:
+    if kind in (TEXT, TEXTS):
         if any(isinstance(v, list) for v in values):
             return pl.Series(
                 name, [v if isinstance(v, list) or v is None else [v] for v in values], dtype=pl.List(pl.String)
             )
         return pl.Series(name, values, dtype=pl.String)
-    if all(v is None or isinstance(v, (str, int, float, bool)) for v in values):
-        return pl.Series(name, [None if v is None else str(v) for v in values], dtype=pl.String)
-    return pl.Series(name, [None if v is None else json.dumps(v) for v in values], dtype=pl.String)
+    if all(v is None or isinstance(v, (str, bool)) for v in values):
+        # Numbers as written (_Number is a str); booleans as JSON writes them.
+        return pl.Series(
+            name,
+            [None if v is None else ("true" if v else "false") if v is True or v is False else str(v) for v in values],
+            dtype=pl.String,
+        )
+    return pl.Series(name, [None if v is None else json.dumps(_plain(v)) for v in values], dtype=pl.String)
 
 
 def _json_type(value: object) -> str:
-    return {bool: "boolean", int: "number", float: "number", list: "array", dict: "object"}.get(
+    return {bool: "boolean", int: "number", float: "number", _Number: "number", list: "array", dict: "object"}.get(
         type(value), type(value).__name__
     )
 
@@ -418,9 +459,7 @@ def _bad(
     skipped.append((line, reason))
 
 
-def _read_json_array(
-    path: Path, text: str, on_bad_row: str, json_types: Callable[[list[str]], dict[str, bool]]
-) -> RawTable:
+def _read_json_array(path: Path, text: str, on_bad_row: str, json_types: ColumnKinds) -> RawTable:
     try:
         value = _loads(text)
     except _JSONProblem as problem:
@@ -438,11 +477,11 @@ def _read_json_array(
     if not value:
         raise InputError(str(path), "file is empty", fix="pass a file with at least one row")
     columns = list(dict.fromkeys(key for record in value for key in record))
-    text_columns = json_types(columns)
+    kinds = json_types(columns)
     skipped: list[tuple[int, str]] = []
-    good = _check_types(path, value, list(range(1, len(value) + 1)), text_columns, on_bad_row, skipped, by_row=True)
+    good = _check_types(path, value, list(range(1, len(value) + 1)), kinds, on_bad_row, skipped, by_row=True)
     records = [r for r, ok in zip(value, good, strict=True) if ok]
-    frame = pl.DataFrame({name: _column(records, name, name in text_columns) for name in columns}, strict=False)
+    frame = pl.DataFrame({name: _column(records, name, kinds.get(name)) for name in columns}, strict=False)
     return RawTable(str(path), "jsonl", frame, None, skipped, np.flatnonzero(good).astype(np.int64))
 
 
