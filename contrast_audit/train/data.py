@@ -84,6 +84,17 @@ def manifest_dataset(
 ) -> TrainingData:
     """Load ``data`` as the manifest was planned, refuse a fingerprint mismatch, build the dataset."""
     patterns = [data] if isinstance(data, str) else list(data)
-    loaded = load_rows(patterns, mapping_from_manifest(manifest, mapping))
+    try:
+        loaded = load_rows(patterns, mapping_from_manifest(manifest, mapping))
+    except InputError as exc:
+        if "not found (columns:" not in exc.message:
+            raise
+        # The data lacks a column the manifest was planned with: other data, not a mapping mistake.
+        raise InputError(
+            manifest.path,
+            f"was planned for other data: its fingerprint is {manifest.fingerprint}, and its column mapping "
+            f"does not fit {', '.join(patterns)} ({exc.message.split(': ', 1)[-1]})",
+            fix="regenerate the manifest for this data (contrast-audit manifest DATA ...) or pass the data it was made for",
+        ) from None
     check_fingerprint(manifest, loaded.rows, ", ".join(patterns))
     return rows_dataset(loaded.rows, ", ".join(patterns))

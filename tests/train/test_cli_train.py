@@ -188,3 +188,35 @@ def test_the_trainer_sees_the_manifest_batches_of_every_epoch(tmp_path, monkeypa
     manifest = read_manifest("mask.jsonl")
     expected = [[int(r[1:]) for r in b.rows] for b in manifest.batches]  # ids r0..r7 are rows 0..7
     assert seen == expected and result.steps == len(expected) == 6
+
+
+class TestTrainRefusesTamperedManifests:
+    @pytest.mark.parametrize(
+        ("change", "needle"),
+        [
+            (lambda h: h["plan"].update(world_size="2"), "'plan.world_size' is a string"),
+            (lambda h: h["plan"].update(epochs=10**30), "'plan.epochs'"),
+            (lambda h: h.update(plan=[1]), "'plan' is an array"),
+            (lambda h: h["mapping"][0].update(negatives=5), "'mapping.0.negatives'"),
+            (lambda h: h["loss"].pop("directions"), "'loss.directions' is missing"),
+        ],
+    )
+    def test_header(self, tmp_path, change, needle):
+        write_rows(tmp_path / "pairs.jsonl", topic_rows())
+        assert RUNNER.invoke(app, lexical_manifest()).exit_code == 0
+        lines = (tmp_path / "mask.jsonl").read_text().splitlines()
+        header = json.loads(lines[0])
+        change(header)
+        (tmp_path / "mask.jsonl").write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+        result = RUNNER.invoke(app, ["train", "pairs.jsonl", "--manifest", "mask.jsonl", "--out", "model", "-q"])
+        assert result.exit_code == 2, result.output
+        assert "mask.jsonl:1:" in result.stderr and needle in result.stderr
+        assert not (tmp_path / "model").exists()
+
+    def test_a_manifest_of_other_columns_is_a_fingerprint_mismatch(self, tmp_path):
+        write_rows(tmp_path / "pairs.jsonl", topic_rows())
+        assert RUNNER.invoke(app, lexical_manifest()).exit_code == 0
+        write_rows(tmp_path / "other.jsonl", [{"q": "a", "d": "b"}, {"q": "c", "d": "e"}])
+        result = RUNNER.invoke(app, ["train", "other.jsonl", "--manifest", "mask.jsonl", "--out", "model", "-q"])
+        assert result.exit_code == 2, result.output
+        assert "planned for other data" in result.stderr and "sha256:" in result.stderr
