@@ -340,6 +340,7 @@ _FILE_KEYS: dict[str, tuple[str | None, str]] = {
     "absolute_margin": ("embedding", "absolute_margin"),
     "relative_margin": ("embedding", "relative_margin"),
     "margin_doc_ratio": ("embedding", "margin_doc_ratio"),
+    "pair": ("embedding", "pair_evidence"),
     "pair_evidence": ("embedding", "pair_evidence"),
     "calibration": ("embedding", "calibration"),
     "calibration_quantile": ("embedding", "calibration_quantile"),
@@ -407,6 +408,7 @@ SETTING_RULES: dict[str, tuple[str, float | None, float | None, bool]] = {
             "margin",
             "with_existing",
             "use_index",
+            "pair",
             "pair_evidence",
         ),
         ("bool", None, None, False),
@@ -519,15 +521,21 @@ def load_config_file(path: Path | None = None, cwd: Path | None = None) -> tuple
 
 def _read_toml(path: Path, in_pyproject: bool) -> tuple[dict[str, Any], str | None]:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        # utf-8-sig: a byte-order mark (some Windows editors write one) is not part of the TOML.
+        data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})", fix="fix the file's syntax") from exc
-    if in_pyproject:
-        data = data.get("tool", {}).get("contrast-audit")
-        if data is None:
+    tool = data.get("tool")
+    if in_pyproject or tool is not None:
+        if tool is not None and not isinstance(tool, dict):
+            raise _not_a_table(path, "tool", tool, "[tool.contrast-audit]")
+        section = (tool or {}).get("contrast-audit")
+        if section is None and in_pyproject:
             return {}, None
-    elif "tool" in data and "contrast-audit" in data["tool"]:
-        data = data["tool"]["contrast-audit"]
+        if section is not None:
+            if not isinstance(section, dict):
+                raise _not_a_table(path, "tool.contrast-audit", section, "[tool.contrast-audit] with key = value lines")
+            data = section
     settings: dict[str, Any] = {}
     for key, value in data.items():
         name = key.replace("-", "_")
@@ -535,21 +543,47 @@ def _read_toml(path: Path, in_pyproject: bool) -> tuple[dict[str, Any], str | No
             settings.update(_reference_table(path, name, value))
             continue
         if name not in _FILE_KEYS:
-            valid = ", ".join(sorted(k.replace("_", "-") for k in _FILE_KEYS))
-            raise ConfigError(f"{path}: unknown setting '{key}'", fix=f"valid settings: {valid}")
+            raise ConfigError(f"{path}: unknown setting '{key}'", fix=_did_you_mean(key, _SETTING_KEYS))
         settings[name] = check_setting(name, value, f"{path}: setting '{key}'")
     return settings, str(path)
+
+
+_SETTING_KEYS = sorted(k.replace("_", "-") for k in _FILE_KEYS)
+
+
+def _did_you_mean(key: str, valid: list[str]) -> str:
+    """``did you mean 'batch-size'?`` for a near miss, else where the valid keys are listed."""
+    import difflib
+
+    close = difflib.get_close_matches(key.replace("_", "-").lower(), valid, n=3, cutoff=0.6)
+    if close:
+        return f"did you mean {' or '.join(repr(c) for c in close)}? (keys are the flag names, without --)"
+    return "keys are the flag names without -- (contrast-audit init writes every key with its meaning)"
+
+
+def _not_a_table(path: Path, key: str, value: Any, fix: str) -> ConfigError:
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:39] + "…"
+    return ConfigError(f"{path}: '{key}' must be a table, got {shown} ({_type_name(value)})", fix=f"write {fix}")
 
 
 def _reference_table(path: Path, name: str, table: dict[str, Any]) -> dict[str, Any]:
     """``[tool.contrast-audit.against]`` / ``.eval``: paths and the columns of that data."""
     out: dict[str, Any] = {}
     columns: dict[str, Any] = {}
+    valid = [k for k in _REFERENCE_TABLE_KEYS if k != "text" or name == "eval"]
     for key, value in table.items():
         attr = key.replace("-", "_")
-        if attr not in _REFERENCE_TABLE_KEYS or (attr == "text" and name != "eval"):
-            valid = [k for k in _REFERENCE_TABLE_KEYS if k != "text" or name == "eval"]
-            raise ConfigError(f"{path}: unknown setting '{name}.{key}'", fix=f"valid settings: {', '.join(valid)}")
+        if attr not in valid:
+            raise ConfigError(f"{path}: unknown setting '{name}.{key}'", fix=_did_you_mean(key, valid))
+        lists = attr in ("paths", "negatives", "negative")
+        if not (
+            isinstance(value, str) or (lists and isinstance(value, list) and all(isinstance(v, str) for v in value))
+        ):
+            what = "a string or a list of strings" if lists else "a string"
+            raise ConfigError(
+                f"{path}: setting '{name}.{key}' must be {what}, got {value!r} ({_type_name(value)})",
+                fix=f"set {name}.{key} to {what}",
+            )
         if attr == "paths":
             out[name] = value
         elif attr == "text":

@@ -123,7 +123,8 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
                 "Margin findings are likely only where the positive has this many times the anchor's words.",
                 None,
             ),
-            "pair_evidence": ("Pair evidence: two rows compared through their four cross cosines.", None),
+            "pair": ("Pair evidence: two rows compared through their four cross cosines.", None),
+            "pair_evidence": ("The same as pair.", True),
             "calibration": ("Pair bars from the data's own anchor-positive cosines (auto) or fixed (off).", None),
             "calibration_quantile": ("Quantile of the rows' own anchor-positive cosines that sets the pair bar.", None),
             "calibration_floor": ("No calibrated pair bar goes under this cosine.", None),
@@ -209,8 +210,8 @@ def default_of(key: str) -> Any:
     if section is None:
         return _TOP_LEVEL_DEFAULTS.get(attr)
     value = getattr(getattr(AuditConfig(), section), attr)
-    if key == "negative":
-        return None  # the alias has no default of its own
+    if key in ("negative", "pair_evidence"):
+        return None  # an alias has no default of its own
     if isinstance(value, tuple):
         return list(value)
     return value
