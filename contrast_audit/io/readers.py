@@ -215,6 +215,9 @@ def _decode(path: Path, data: bytes) -> str:
         ) from exc
 
 
+decode_text = _decode  # for other readers of UTF-8 text files (eval's BEIR files)
+
+
 def _split_lines(text: str) -> tuple[list[str], np.ndarray]:
     """Non-blank lines (CRLF and CR-less endings accepted) and their 1-based line numbers."""
     series = pl.Series("line", text.split("\n"), dtype=pl.String).str.strip_suffix("\r")
