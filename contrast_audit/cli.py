@@ -31,6 +31,7 @@ app = typer.Typer(
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
+MAX_TOP = 1_000_000  # the most findings, negatives or annotations a --top (or --max-annotations) can ask for
 
 
 class Format(str, Enum):
@@ -575,14 +576,46 @@ def open_output(
     return OutputTarget(output, inputs=inputs, option=option)
 
 
+def check_stdout(output: str | None) -> None:
+    """Before any work: a report bound for standard output needs one (``>&-`` closed it)."""
+    from contrast_audit.errors import ConfigError
+
+    if output is None and STDOUT_CLOSED:
+        raise ConfigError(
+            "standard output is closed (>&-), so the report has nowhere to go",
+            fix="pass --output FILE, or redirect standard output to a file",
+        )
+
+
 def _emit(rendered: str | Iterable[str], target: Any) -> None:
-    """Write a report (whole, or in pieces as they are made) to ``target``, or to stdout."""
+    """Write a report (whole, or in pieces as they are made) to ``target``, or to stdout. A failing
+    stdout (``> /dev/full``, a closed pipe) is exit 2 saying so."""
+    from contrast_audit.errors import AuditError
+
     if target is not None:
         target.write(rendered)
         return
-    for piece in (rendered,) if isinstance(rendered, str) else rendered:
-        sys.stdout.write(piece)
-    sys.stdout.flush()
+    try:
+        for piece in (rendered,) if isinstance(rendered, str) else rendered:
+            sys.stdout.write(piece)
+        sys.stdout.flush()
+    except OSError as exc:
+        _drop_stdout()
+        raise AuditError(
+            f"writing the report to standard output failed ({exc.strerror or exc})",
+            fix="free space where standard output goes, or pass --output FILE",
+        ) from None
+
+
+def _drop_stdout() -> None:
+    """After a failed write, point stdout at /dev/null: the interpreter's last flush would fail again."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):
+        pass
+    sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
 
 
 def _warn(warnings: list[str]) -> None:
@@ -599,7 +632,7 @@ def scan(
     options: AuditOptions,
     output_format: FormatOpt = None,
     output: OutputOpt = None,
-    top: Annotated[int, _opt("Findings shown in text, markdown and html reports.", "Output")] = 20,
+    top: Annotated[int, _opt("Findings shown in text, markdown and html reports.", "Output", min=0, max=MAX_TOP)] = 20,
     fail_on: Annotated[
         list[str] | None,
         _opt(
@@ -624,7 +657,8 @@ def scan(
         ),
     ] = Annotations.auto,
     max_annotations: Annotated[
-        int, _opt("At most N annotations, then a notice of how many more (0: only the notice).", "CI")
+        int,
+        _opt("At most N annotations, then a notice of how many more (0: only the notice).", "CI", min=0, max=MAX_TOP),
     ] = 50,
     quiet: Quiet = False,
     against: Against = None,
@@ -664,6 +698,7 @@ def scan(
     if max_annotations < 0:
         raise ConfigError(f"--max-annotations must be >= 0, got {max_annotations}")
     extra = [_report_target(value, tuple(FORMATTERS)) for value in report or []]
+    check_stdout(output)
 
     with ExitStack() as stack:
         target = stack.enter_context(open_output(output, data, settings, origin))
@@ -733,12 +768,17 @@ def negatives(
             "Output",
         ),
     ] = None,
-    top: Annotated[int, _opt("How many alleged negatives (or anchors, with --per-anchor) to list.", "Output")] = 20,
+    top: Annotated[
+        int,
+        _opt("How many alleged negatives (or anchors, with --per-anchor) to list.", "Output", min=1, max=MAX_TOP),
+    ] = 20,
     per_anchor: Annotated[
         int,
         _opt(
             "List each anchor's K highest-scoring negatives, for the --top anchors whose best negative scores highest; 0 lists negatives globally.",
             "Output",
+            min=0,
+            max=MAX_TOP,
         ),
     ] = 0,
     only_source: Annotated[list[str] | None, _opt("Only anchors from these sources (repeatable).", "Filter")] = None,
@@ -758,6 +798,7 @@ def negatives(
     fmt = output_format_for(output, output_format.value if output_format else None, ("text", "json"))
     if top < 1 or per_anchor < 0:
         raise ConfigError("--top must be >= 1 and --per-anchor >= 0")
+    check_stdout(output)
     with open_output(output, data, settings, origin) as target:
         with progress_bars(not quiet and sys.stderr.isatty()) as progress:
             result = audit(data, cfg, progress=progress, config_file=origin)
@@ -935,6 +976,7 @@ def eval_command(
     output_format: Annotated[EvalFormat, _opt("Output format.", "Output", "--format")] = EvalFormat.text,
 ) -> None:
     """Retrieval quality of MODEL on held-out queries: Recall@1/5/10, MRR@10, nDCG@10."""
+    check_stdout(None)  # before the imports: they take seconds
     from contrast_audit.train.evaluate import evaluate, render_json, render_text
 
     result = evaluate(
@@ -944,8 +986,55 @@ def eval_command(
     raise typer.Exit(EXIT_OK)
 
 
+class _QuietOnFailure:
+    """Standard error that cannot fail the run: when it is full or gone (``2>/dev/full``), messages are
+    lost but the exit code still says how the run ended."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except (OSError, ValueError):
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+STDOUT_CLOSED = False  # standard output was closed when the command started (``>&-``)
+
+
+def guard_standard_streams() -> None:
+    """Closed standard streams (``>&-``, ``2>&-``) are opened on /dev/null, so no file the run opens can
+    take their descriptor and receive stray output; stderr becomes one that never fails the run."""
+    global STDOUT_CLOSED
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+            if getattr(sys, name) is not None:
+                continue
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+        if name == "stdout":
+            STDOUT_CLOSED = True
+        setattr(sys, name, open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False))  # noqa: SIM115
+    sys.stderr = _QuietOnFailure(sys.stderr)
+
+
 def main() -> None:
     """Console-script entry point."""
+    guard_standard_streams()
     app()
 
 
