@@ -262,3 +262,20 @@ class TestTopRange:
         result = scan("in.jsonl", "--top", "0", "--format", "markdown")
         assert result.exit_code == 0, result.output
         assert "query 0" not in result.stdout  # the findings table lists no texts
+
+
+class TestSpecialOutputs:
+    @pytest.mark.parametrize("target", ["/dev/stdout", "/proc/self/fd/1"])
+    def test_stdout_as_a_pipe(self, tmp_path: Path, target: str) -> None:
+        returned, stderr = _shell(
+            f"CLI scan in.jsonl -q --no-embeddings --format json --output {target} | cat > got", tmp_path
+        )
+        assert returned == 0, stderr
+        assert json.loads((tmp_path / "got").read_text())["counts"]["rows"] == 12
+
+    def test_stderr_as_a_pipe(self, tmp_path: Path) -> None:
+        returned, _ = _shell(
+            "CLI scan in.jsonl -q --no-embeddings --format json --output /dev/stderr 2>&1 | cat > got", tmp_path
+        )
+        assert returned == 0
+        assert json.loads((tmp_path / "got").read_text())["counts"]["rows"] == 12

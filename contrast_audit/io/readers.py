@@ -154,15 +154,43 @@ def _read_bytes(path: Path) -> bytes:
                 "standard input is a terminal, not data",
                 fix="pipe the data in: ... | contrast-audit scan -",
             )
+        try:
+            mode = os.fstat(sys.stdin.fileno()).st_mode
+        except (OSError, ValueError, io.UnsupportedOperation):
+            mode = stat.S_IFIFO  # a stream without a descriptor (tests, embedding): read as given
+        _refuse_device(STDIN_NAME, mode)
         return sys.stdin.buffer.read()
     try:
-        if path.is_fifo():
+        mode = path.stat().st_mode
+        if stat.S_ISFIFO(mode):
             return _read_fifo(path)
+        _refuse_device(str(path), mode)
         return path.read_bytes()
     except OSError as exc:
         raise InputError(
             str(path), f"cannot be read ({exc.strerror})", fix="check the path and its permissions"
         ) from exc
+
+
+def _refuse_device(name: str, mode: int) -> None:
+    """Only regular files, FIFOs and pipes are data: a device (``/dev/zero``, ``/dev/urandom``) or a socket
+    never ends, and reading one would run until memory runs out."""
+    if stat.S_ISREG(mode) or stat.S_ISFIFO(mode):
+        return
+    kind = (
+        "a character device"
+        if stat.S_ISCHR(mode)
+        else "a block device"
+        if stat.S_ISBLK(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "not a regular file"
+    )
+    raise InputError(
+        name,
+        f"is {kind}, not a data file: reading it might never end",
+        fix="pass a file, or pipe the data in (... | contrast-audit scan -)",
+    )
 
 
 def _read_fifo(path: Path) -> bytes:

@@ -244,3 +244,55 @@ def test_check_output_dir(tmp_path: Path, data: Path) -> None:
         check_output_dir("")
     with pytest.raises(ConfigError, match="cannot write"):
         check_output_dir("/proc/x")
+
+
+class TestOutputsThatCouldHang:
+    def test_fifo_without_reader_is_refused_before_the_work(self, tmp_path: Path, monkeypatch) -> None:
+        from contrast_audit.io import atomic
+
+        fifo = tmp_path / "out.fifo"
+        os.mkfifo(fifo)
+        monkeypatch.setattr(atomic, "FIFO_WAIT_S", 0.2)
+        started = time.monotonic()
+        with pytest.raises(ConfigError, match="no process read from within"):
+            OutputTarget(fifo)
+        assert time.monotonic() - started < 5
+
+    def test_fifo_with_a_late_reader_gets_the_whole_report(self, tmp_path: Path) -> None:
+        fifo = tmp_path / "out.fifo"
+        os.mkfifo(fifo)
+        got: list[str] = []
+        reader = threading.Thread(target=lambda: (time.sleep(0.3), got.append(fifo.read_text())))
+        reader.start()
+        with OutputTarget(fifo) as out:
+            out.write(["{", "}\n"])
+        reader.join(5)
+        assert got == ["{}\n"] and _temps(tmp_path) == []
+
+
+class TestOutputNames:
+    def test_a_long_name_that_fits_is_written(self, tmp_path: Path) -> None:
+        target = tmp_path / ("r" * 240 + ".json")
+        with OutputTarget(target) as out:
+            out.write("{}\n")
+        assert target.read_text() == "{}\n" and _temps(tmp_path) == []
+
+    def test_stale_temporaries_of_a_long_name_are_removed(self, tmp_path: Path) -> None:
+        target = tmp_path / ("r" * 240 + ".json")
+        with OutputTarget(target):
+            (stale,) = _temps(tmp_path)
+        dead = stale.with_name(stale.name.replace(f".{os.getpid()}.", ".999999999."))
+        dead.write_text("x")
+        assert remove_stale_temporaries(target) == [dead]
+
+    def test_a_name_too_long_blames_the_name(self, tmp_path: Path) -> None:
+        with pytest.raises(ConfigError) as info:
+            OutputTarget(tmp_path / ("r" * 300 + ".json"))
+        message = info.value.render()
+        assert "file name is 305 bytes long" in message and "shorter file name" in message
+        assert "cannot write in" not in message
+
+    def test_a_symlink_loop_says_so(self, tmp_path: Path) -> None:
+        (tmp_path / "loop").symlink_to(tmp_path / "loop")
+        with pytest.raises(ConfigError, match="symbolic link that loops"):
+            OutputTarget(tmp_path / "loop")

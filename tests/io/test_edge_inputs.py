@@ -219,3 +219,19 @@ def test_same_file_twice_is_a_warning(tmp_path: Path) -> None:
 def test_broken_quoting_in_the_header_is_located(tmp_path: Path, content: str) -> None:
     (tmp_path / "p.csv").write_text(content)
     _usage(scan("p.csv"), "p.csv:", "not valid CSV")
+
+
+class TestInputsThatCouldHang:
+    @pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom", "/dev/null"])
+    def test_a_device_is_refused(self, device: str) -> None:
+        if not Path(device).exists():
+            pytest.skip(f"{device} is missing")
+        _usage(scan(device), device, "is a character device")
+
+    def test_a_device_on_standard_input_is_refused(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import sys
+
+        with open("/dev/zero", "rb") as zero:
+            monkeypatch.setattr(sys, "stdin", type("Stdin", (), {"isatty": lambda s: False, "fileno": zero.fileno})())
+            with pytest.raises(InputError, match="<stdin>: is a character device"):
+                load_rows(["-"], ColumnMapping())
