@@ -85,6 +85,9 @@ def handle_errors(func: F) -> F:
             _stderr().print(Text.assemble(("error:", "bold red"), " ", exc.render()))
             raise typer.Exit(EXIT_USAGE) from None
         except KeyboardInterrupt:
+            _stderr().print(
+                "contrast-audit: interrupted (Ctrl-C); outputs not yet written are left as they were", markup=False
+            )
             raise typer.Exit(130) from None
         except Exception as exc:  # noqa: BLE001 - the last line of defence
             console = _stderr()

@@ -62,10 +62,8 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     if callable(previous):
         previous(signum, frame)
         return
-    if signum == signal.SIGINT and previous != signal.SIG_IGN:
+    if signum == signal.SIGINT:
         raise KeyboardInterrupt
-    if previous == signal.SIG_IGN:
-        return
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 
@@ -83,7 +81,10 @@ def _install_handlers() -> None:
         return  # signal handlers can only be set from the main thread; atexit still cleans up
     for signum in (signal.SIGTERM, signal.SIGINT):
         try:
-            _PREVIOUS[signum] = signal.getsignal(signum)
+            previous = signal.getsignal(signum)
+            if previous == signal.SIG_IGN:
+                continue  # ignored (a background job of a script): it must stay ignored, and the run go on
+            _PREVIOUS[signum] = previous
             signal.signal(signum, _on_signal)
         except (ValueError, OSError):  # pragma: no cover - embedded interpreters
             pass

@@ -296,3 +296,65 @@ class TestOutputNames:
         (tmp_path / "loop").symlink_to(tmp_path / "loop")
         with pytest.raises(ConfigError, match="symbolic link that loops"):
             OutputTarget(tmp_path / "loop")
+
+
+class TestIgnoredSignals:
+    """A run started with SIGINT/SIGTERM ignored (``cmd &`` in a script) keeps them ignored: its report
+    is written, not deleted by a handler."""
+
+    def test_ignored_signals_stay_ignored(self, tmp_path: Path) -> None:
+        target = tmp_path / "r.txt"
+        code = (
+            "import os, signal, sys, time\n"
+            "from contrast_audit.io.atomic import OutputTarget\n"
+            f"out = OutputTarget({str(target)!r})\n"
+            "assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN\n"
+            "assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN\n"
+            "print('ready', flush=True)\n"
+            "sys.stdin.readline()\n"
+            "out.write('whole report\\n')\n"
+        )
+
+        def ignore() -> None:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            preexec_fn=ignore,  # noqa: PLW1509 - the state a shell gives a background job
+        )
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline().strip() == b"ready", proc.stderr.read() if proc.stderr else ""
+        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        assert len(_temps(tmp_path)) == 1  # the temporary survived both signals
+        proc.stdin.write(b"go\n")
+        proc.stdin.close()
+        assert proc.wait(10) == 0, proc.stderr.read() if proc.stderr else ""
+        assert target.read_text() == "whole report\n" and _temps(tmp_path) == []
+
+
+def test_ctrl_c_exits_130_with_one_line(tmp_path: Path) -> None:
+    (tmp_path / "in.jsonl").write_text(
+        "".join(f'{{"anchor": "query {i} about {i % 97}", "positive": "answer {i}"}}\n' for i in range(40_000))
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-c", "from contrast_audit.cli import main; main()", "scan", "in.jsonl"]
+    command += ["--no-embeddings", "-q", "--output", "r.json"]
+    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not _temps(tmp_path) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if proc.poll() is not None:
+        pytest.skip("the scan ended before it could be interrupted")
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1].startswith("contrast-audit: interrupted (Ctrl-C)")
+    assert "Traceback" not in stderr and _temps(tmp_path) == [] and not (tmp_path / "r.json").exists()
