@@ -152,7 +152,16 @@ def _split(values: list[str] | None) -> list[str] | None:
 
 
 def _opt(help_text: str, panel: str, *names: str, **kwargs: Any) -> Any:
-    return typer.Option(*names, help=help_text, rich_help_panel=panel, **kwargs)
+    """An option whose help is plain text: brackets (``[tool.contrast-audit]``, ``{"rows": [id, ...]}``,
+    ``[default: 32]``) are shown as written, never read as Rich markup."""
+    return typer.Option(*names, help=plain_help(help_text), rich_help_panel=panel, **kwargs)
+
+
+def plain_help(text: str) -> str:
+    """``text`` escaped for Rich markup (a ``\\[`` already escaped is taken as a plain ``[``)."""
+    from rich.markup import escape
+
+    return escape(text.replace("\\[", "["))
 
 
 # Option declarations; those in AUDIT_OPTIONS are shared by every command that plans and judges batches.
@@ -641,7 +650,9 @@ def scan(
         _opt(
             "Gate: exit 1 when a condition holds, e.g. findings>0, fn-rate>0.001, likely>10. Grammar: "
             + GATE_GRAMMAR
-            + ". Metrics: findings, certain, likely, suspect, fn-rate, rows-affected, mislabelled, and one per evidence kind.",
+            + ". Metrics: findings, certain, likely, suspect, fn-rate, rows-affected, mislabelled, one per evidence "
+            "kind (exact, same-anchor, linked, declared, minhash, embedding, anchor-embedding, margin, pair), and "
+            "overlaps and leaks (new rows repeating --against data or leaking --eval data).",
             "Gate",
         ),
     ] = None,

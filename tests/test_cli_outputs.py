@@ -279,3 +279,40 @@ class TestSpecialOutputs:
         )
         assert returned == 0
         assert json.loads((tmp_path / "got").read_text())["counts"]["rows"] == 12
+
+
+class TestHelpText:
+    """--help shows bracketed text as written (it was read as Rich markup and vanished)."""
+
+    @staticmethod
+    def _rendered(command: str) -> str:
+        result = RUNNER.invoke(app, [command, "--help"], terminal_width=400, env={"COLUMNS": "400"})
+        assert result.exit_code == 0, result.output
+        return re.sub(r"\s+", " ", result.output.replace("│", " "))
+
+    @pytest.mark.parametrize("command", ["scan", "negatives", "manifest", "train", "eval", "init"])
+    def test_every_bracket_is_shown(self, command: str) -> None:
+        import typer.main
+
+        shown = self._rendered(command)
+        click_command = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
+        brackets = [
+            part
+            for param in click_command.params
+            for part in re.findall(r"[\[{][^\]}]*[\]}]", (getattr(param, "help", None) or "").replace("\\[", "["))
+        ]
+        assert brackets or command in ("train", "eval", "init")
+        missing = [part for part in brackets if part not in shown]
+        assert not missing, missing
+
+    def test_the_reported_losses(self) -> None:
+        shown = self._rendered("scan")
+        assert '{"rows": [id, ...]}' in shown and "unless [tool.contrast-audit.against] names" in shown
+        assert "[default: 32]" in shown
+
+    def test_fail_on_lists_every_metric(self) -> None:
+        from contrast_audit.api import AuditResult
+
+        shown = self._rendered("scan")
+        fail_on = shown[shown.index("--fail-on") : shown.index("--baseline")]
+        assert not [m for m in AuditResult.METRICS if m not in fail_on]
