@@ -64,6 +64,7 @@ class CalibrationMode(str, Enum):
 
 
 class OnBadRow(str, Enum):
+    skip_empty = "skip-empty"
     error = "error"
     skip = "skip"
 
@@ -344,7 +345,12 @@ PairThreshold = Annotated[
 ]
 OnBad = Annotated[
     OnBadRow | None,
-    _opt("What to do with a malformed row: stop with an error, or skip it and report it.  \\[default: error]", "Input"),
+    _opt(
+        "Bad rows: skip-empty skips rows whose text is empty or nothing but punctuation or invisible characters "
+        "(reported with file:line) and stops at any other bad row; error stops at every bad row; skip skips and "
+        "reports every one.  \\[default: skip-empty]",
+        "Input",
+    ),
 ]
 MaxMemory = Annotated[
     str | None,

@@ -17,7 +17,7 @@ from contrast_audit.errors import ConfigError
 
 DIRECTIONS = ("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc")
 SAMPLERS = ("random", "no-duplicates")
-ON_BAD_ROW = ("error", "skip")
+ON_BAD_ROW = ("skip-empty", "error", "skip")
 
 # Characters folded from both ends of a text by default: sentence punctuation, quotes and
 # brackets. Symbols that carry meaning at the edge of a text (``C++``, ``C#``, ``$5``, ``-1``) are kept.
@@ -264,14 +264,14 @@ class AuditConfig:
     minhash: MinHashConfig = field(default_factory=MinHashConfig)
     embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
-    on_bad_row: str = "error"
+    on_bad_row: str = "skip-empty"
     reference: ReferenceConfig = field(default_factory=ReferenceConfig)
     baseline: str | None = None
     max_memory: str = "auto"  # refuse input that would need more (contrast_audit.resources)
 
     def __post_init__(self) -> None:
         if self.on_bad_row not in ON_BAD_ROW:
-            raise ConfigError(f"on_bad_row must be error or skip, got {self.on_bad_row!r}")
+            raise ConfigError(f"on_bad_row must be one of {', '.join(ON_BAD_ROW)}, got {self.on_bad_row!r}")
         if str(self.max_memory).strip().lower() not in ("auto", "off"):
             from contrast_audit.resources import parse_size
 
@@ -627,7 +627,7 @@ def build_config(settings: dict[str, Any]) -> AuditConfig:
         top = sections.get(None, {})
         return AuditConfig(
             **parts,
-            on_bad_row=top.get("on_bad_row", "error"),
+            on_bad_row=top.get("on_bad_row", "skip-empty"),
             baseline=top.get("baseline"),
             max_memory=top.get("max_memory", "auto"),
         )

@@ -27,7 +27,11 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
             "source": ("Column naming each row's source, for breakdowns.", "source"),
             "cohort": ("Column naming each row's cohort, for breakdowns.", "cohort"),
             "group": ("Column whose equal values declare rows mutual positives.", "group"),
-            "on_bad_row": ("A malformed row: error stops the scan, skip skips and reports it.", None),
+            "on_bad_row": (
+                "Bad rows: skip-empty skips rows whose text is empty after normalisation and stops at any other; "
+                "error stops at every bad row; skip skips every one. Skipped rows are reported.",
+                None,
+            ),
             "max_memory": (
                 "Refuse input needing more memory than this before the costly stages: auto, off or a size (16G).",
                 None,
@@ -194,7 +198,7 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
 ]
 
 _TOP_LEVEL_DEFAULTS = {
-    "on_bad_row": "error",
+    "on_bad_row": "skip-empty",
     "max_memory": "auto",
     "format": "text",
     "fail_on": None,

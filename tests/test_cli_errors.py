@@ -85,21 +85,21 @@ CASES: dict[str, Case] = {
     "empty anchor": (
         "pairs.jsonl",
         lambda: _rows(1) + '{"anchor": "", "positive": "y"}\n',
-        [],
+        ["--on-bad-row", "error"],
         "pairs.jsonl:2:",
         ["'anchor'", "empty"],
     ),
     "whitespace positive": (
         "pairs.jsonl",
         lambda: _rows(4) + '{"anchor": "x", "positive": " \\t "}\n',
-        [],
+        ["--on-bad-row", "error"],
         "pairs.jsonl:5:",
         ["'positive'", "empty"],
     ),
     "whitespace positive in CSV": (
         "pairs.csv",
         lambda: "anchor,positive\na,b\nc,   \n",
-        [],
+        ["--on-bad-row", "error"],
         "pairs.csv:3:",
         ["'positive'", "empty"],
     ),
@@ -393,3 +393,48 @@ def test_duplicate_ids_in_parquet_are_located_by_row() -> None:
     frame = pl.DataFrame({"id": ["a", "b", "a"], "anchor": ["x", "y", "z"], "positive": ["p", "q", "r"]})
     _write(Path("pairs.parquet"), _parquet(frame))
     _assert_usage_error(scan("pairs.parquet"), "pairs.parquet: row 3:", "pairs.parquet: row 1")
+
+
+class TestEmptyTextsByDefault:
+    """A row whose text is empty after normalisation (a question that is only "?") is skipped and reported
+    by default, with its line, and the audit goes on; --on-bad-row error stops at it; other bad rows still
+    stop the default run."""
+
+    @pytest.mark.parametrize(
+        ("name", "content", "where"),
+        [
+            ("pairs.jsonl", _rows(3) + '{"anchor": "?", "positive": "y"}\n' + _rows(2), "pairs.jsonl:4"),
+            ("pairs.jsonl", _rows(2) + '{"anchor": "x", "positive": " "}\n', "pairs.jsonl:3"),
+            (
+                "pairs.jsonl",
+                '{"query": "q", "pos": ["fine", "..."]}\n' + '{"query": "r", "pos": ["ok"]}\n',
+                "pairs.jsonl:1",
+            ),
+            ("pairs.csv", "anchor,positive\na,b\n!!!,d\ne,f\n", "pairs.csv:3"),
+        ],
+    )
+    def test_skipped_and_reported(self, tmp_path: Path, name: str, content: str, where: str) -> None:
+        _write(tmp_path / name, content)
+        result = RUNNER.invoke(app, ["scan", name, "--format", "json", *LEXICAL])
+        assert result.exit_code == 0, result.output
+        report = json.loads(result.stdout)
+        assert report["counts"]["skipped_rows"] == 1
+        assert [s["location"] for s in report["input"]["skipped"]] == [where]
+        assert any("1 row skipped" in w and where in w for w in report["warnings"])
+        assert "1 row skipped" in result.stderr
+        strict = scan(name, "--on-bad-row", "error")
+        assert strict.exit_code == 2 and f"{where}:" in strict.stderr
+
+    def test_other_bad_rows_still_stop_the_default(self, tmp_path: Path) -> None:
+        _write(tmp_path / "p.jsonl", _rows(1) + '{"anchor": "?", "positive": "y"}\n{"anchor": null, "positive": "z"}\n')
+        result = scan("p.jsonl")
+        assert result.exit_code == 2 and "p.jsonl:3:" in result.stderr and "null" in result.stderr
+
+    def test_a_manifest_of_data_with_empty_rows_trains_on_the_same_rows(self, tmp_path: Path) -> None:
+        from contrast_audit.plan.manifest import read_manifest
+        from contrast_audit.train.data import manifest_dataset
+
+        _write(tmp_path / "p.jsonl", _rows(6) + '{"anchor": "?", "positive": "y"}\n')
+        made = RUNNER.invoke(app, ["manifest", "p.jsonl", "--out", "m.jsonl", "-q", *LEXICAL, "--batch-size", "2"])
+        assert made.exit_code == 0, made.output
+        assert manifest_dataset("p.jsonl", read_manifest("m.jsonl")).rows.height == 6

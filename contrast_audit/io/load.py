@@ -31,6 +31,9 @@ LAYOUTS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
 )
 OPTIONAL = {"id": ("id", "_id"), "source": ("source",), "cohort": ("cohort",), "group": ("group",)}
 SKIP_FIX = "drop the row or pass --on-bad-row skip"
+# The problems of a text that is empty, blank or nothing after normalisation: rows that real data has
+# (a question that is only "?"), skipped and reported under the default --on-bad-row skip-empty.
+EMPTY_PROBLEM = r"\bempty\b"
 
 
 @dataclass(frozen=True)
@@ -187,7 +190,7 @@ def _missing(path: str, name: str, columns: list[str], flag: str) -> InputError:
 def load_rows(
     patterns: list[str],
     user: ColumnMapping,
-    on_bad_row: str = "error",
+    on_bad_row: str = "skip-empty",
     normalise: NormaliseConfig | None = None,
 ) -> LoadResult:
     """Read, map and validate every file; concatenate into the canonical frame.
@@ -223,9 +226,19 @@ def load_rows(
     rows = pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0]
     rows = _check_ids(rows, on_bad_row, skipped)
     if rows.height == 0:
-        raise InputError(str(files[0]), "no valid rows left after skipping bad rows", fix="fix the input")
+        first = f" ({len(skipped)} skipped; first: {skipped[0].location()}, {skipped[0].reason})" if skipped else ""
+        raise InputError(str(files[0]), f"no valid rows left after skipping bad rows{first}", fix="fix the input")
     names = [STDIN_NAME if str(f) == STDIN else str(f) for f in files]
-    return LoadResult(rows=rows, mappings=mappings, skipped=skipped, files=names, warnings=repeated_files(files))
+    warnings = repeated_files(files)
+    empty = [b for b in skipped if re.search(EMPTY_PROBLEM, b.reason)]
+    if empty and on_bad_row == "skip-empty":
+        n = len(empty)
+        warnings.append(
+            f"{n} row{'s' if n != 1 else ''} skipped because a text is empty or nothing but punctuation or "
+            f"invisible characters (first: {empty[0].location()}, {empty[0].reason}); the report lists each, "
+            "and --on-bad-row error stops at them instead"
+        )
+    return LoadResult(rows=rows, mappings=mappings, skipped=skipped, files=names, warnings=warnings)
 
 
 def _nothing_left(expr: pl.Expr, norm: NormaliseConfig, element: bool = False) -> pl.Expr:
@@ -359,8 +372,13 @@ def _canonical(
     bad_frame = frame.filter(pl.col("__problem").is_not_null())
     bad: list[BadRow] = []
     if bad_frame.height:
-        first = bad_frame.row(0, named=True)
-        if on_bad_row != "skip":
+        # skip-empty (the default) skips rows whose text is empty or normalises to nothing, and stops at
+        # any other bad row; error stops at every bad row; skip skips them all.
+        stopping = bad_frame
+        if on_bad_row == "skip-empty":
+            stopping = bad_frame.filter(~pl.col("__problem").str.contains(EMPTY_PROBLEM))
+        first = stopping.row(0, named=True) if stopping.height else None
+        if first is not None and on_bad_row != "skip":
             loc = {"line": first["__where"]} if raw.lines is not None else {"row": first["__where"]}
             fix = SKIP_FIX
             if "not a string or number" in first["__problem"]:

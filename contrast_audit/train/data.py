@@ -50,6 +50,15 @@ def mapping_from_manifest(manifest: Manifest, user: ColumnMapping | None = None)
     )
 
 
+def on_bad_row_of(manifest: Manifest) -> str:
+    """How the manifest's rows were loaded (bad rows skipped or not), so the trainer reads the same rows."""
+    from contrast_audit.config import ON_BAD_ROW
+
+    config = manifest.header.get("config")
+    value = config.get("on_bad_row") if isinstance(config, dict) else None
+    return value if value in ON_BAD_ROW else "error"
+
+
 def rows_dataset(rows: pl.DataFrame, data_label: str = "data") -> TrainingData:
     """A ``datasets.Dataset`` (anchor, positive, negative_k..., label = row index) from canonical rows."""
     from datasets import Dataset
@@ -85,7 +94,7 @@ def manifest_dataset(
     """Load ``data`` as the manifest was planned, refuse a fingerprint mismatch, build the dataset."""
     patterns = [data] if isinstance(data, str) else list(data)
     try:
-        loaded = load_rows(patterns, mapping_from_manifest(manifest, mapping))
+        loaded = load_rows(patterns, mapping_from_manifest(manifest, mapping), on_bad_row_of(manifest))
     except InputError as exc:
         if "not found (columns:" not in exc.message:
             raise

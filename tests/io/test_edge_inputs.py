@@ -121,10 +121,11 @@ def test_bare_cr_inside_a_jsonl_line_is_located(tmp_path: Path) -> None:
 def test_text_that_normalises_to_nothing_is_empty(tmp_path: Path, text: str) -> None:
     rows = [{"anchor": "q1", "positive": text}, {"anchor": "q2", "positive": text}]
     (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    _usage(scan("p.jsonl"), "p.jsonl:1:", "column 'positive'", "empty")
-    result = scan("p.jsonl", "--on-bad-row", "skip")
-    assert result.exit_code == 2  # every row skipped
-    assert "no valid rows" in result.stderr
+    _usage(scan("p.jsonl", "--on-bad-row", "error"), "p.jsonl:1:", "column 'positive'", "empty")
+    for mode in ("skip", "skip-empty"):
+        result = scan("p.jsonl", "--on-bad-row", mode)
+        assert result.exit_code == 2  # every row skipped
+        assert "no valid rows" in result.stderr and "first: p.jsonl:1" in result.stderr
 
 
 def test_punctuation_only_is_skipped_and_never_a_duplicate(tmp_path: Path) -> None:
@@ -148,7 +149,7 @@ def test_punctuation_is_text_when_normalisation_keeps_it(tmp_path: Path) -> None
 
 def test_empty_list_item_after_normalisation(tmp_path: Path) -> None:
     (tmp_path / "p.jsonl").write_text('{"query": "q", "pos": ["fine", "..."]}\n')
-    _usage(scan("p.jsonl"), "p.jsonl:1:", "column 'pos'", "empty after normalisation")
+    _usage(scan("p.jsonl", "--on-bad-row", "error"), "p.jsonl:1:", "column 'pos'", "empty after normalisation")
 
 
 # --- stdin and FIFOs --------------------------------------------------------------------------
