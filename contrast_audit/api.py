@@ -379,7 +379,9 @@ def prepare(
         ),
     )
     with _stage(progress, "Loading files"):
-        loaded = load_rows([str(f) for f in files], cfg.mapping, cfg.on_bad_row, cfg.normalise)  # globbed once
+        loaded = load_rows(
+            [str(f) for f in files], cfg.mapping, cfg.on_bad_row, cfg.normalise, cfg.delimiter
+        )  # globbed once
         if extend_rows is not None:
             loaded = extend_rows(loaded)
     with _stage(progress, "Normalising texts"):

@@ -352,6 +352,14 @@ OnBad = Annotated[
         "Input",
     ),
 ]
+Delimiter = Annotated[
+    str | None,
+    _opt(
+        "Separator of CSV/TSV data files: one character, or tab.  \\[default: from the extension (comma for .csv, "
+        "tab for .tsv), or the one the header line uses when it lacks that]",
+        "Input",
+    ),
+]
 MaxMemory = Annotated[
     str | None,
     _opt(
@@ -483,6 +491,7 @@ AUDIT_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("calibration_floor", CalibrationFloor),
     ("pair_threshold", PairThreshold),
     ("on_bad_row", OnBad),
+    ("delimiter", Delimiter),
     ("max_memory", MaxMemory),
 )
 _SETTING_NAMES = {"negative": "negatives", "id_column": "id"}  # flag parameter → settings key
@@ -619,6 +628,8 @@ def _emit(rendered: str | Iterable[str], target: Any) -> None:
         sys.stdout.flush()
     except OSError as exc:
         _drop_stdout()
+        if isinstance(exc, BrokenPipeError):
+            raise AuditError("standard output was closed by its reader before the report was whole") from None
         raise AuditError(
             f"writing the report to standard output failed ({exc.strerror or exc})",
             fix="free space where standard output goes, or pass --output FILE",

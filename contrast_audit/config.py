@@ -268,6 +268,7 @@ class AuditConfig:
     reference: ReferenceConfig = field(default_factory=ReferenceConfig)
     baseline: str | None = None
     max_memory: str = "auto"  # refuse input that would need more (contrast_audit.resources)
+    delimiter: str | None = None  # the separator of CSV/TSV data files; None: from the extension, or detected
 
     def __post_init__(self) -> None:
         if self.on_bad_row not in ON_BAD_ROW:
@@ -276,6 +277,10 @@ class AuditConfig:
             from contrast_audit.resources import parse_size
 
             parse_size(self.max_memory)  # a bad size fails here, before any file is read
+        if self.delimiter is not None:
+            from contrast_audit.io.readers import parse_delimiter
+
+            object.__setattr__(self, "delimiter", parse_delimiter(self.delimiter))
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -309,6 +314,7 @@ _FILE_KEYS: dict[str, tuple[str | None, str]] = {
     "directions": ("loss", "directions"),
     "on_bad_row": (None, "on_bad_row"),
     "max_memory": (None, "max_memory"),
+    "delimiter": (None, "delimiter"),
     "fail_on": (None, "fail_on"),
     "format": (None, "format"),
     "strategy": (None, "strategy"),
@@ -379,6 +385,7 @@ SETTING_RULES: dict[str, tuple[str, float | None, float | None, bool]] = {
             "plan",
             "on_bad_row",
             "max_memory",
+            "delimiter",
             "format",
             "strategy",
             "mask_severity",
@@ -603,7 +610,7 @@ def build_config(settings: dict[str, Any]) -> AuditConfig:
             continue
         value = check_setting(name, value, f"--{name.replace('_', '-')}")
         section, attr = _FILE_KEYS[name]
-        if section is None and attr not in ("on_bad_row", "baseline", "max_memory"):
+        if section is None and attr not in ("on_bad_row", "baseline", "max_memory", "delimiter"):
             continue
         if attr in ("negatives", "directions", "against", "eval"):
             value = tuple([value] if isinstance(value, str) else value)
@@ -630,6 +637,7 @@ def build_config(settings: dict[str, Any]) -> AuditConfig:
             on_bad_row=top.get("on_bad_row", "skip-empty"),
             baseline=top.get("baseline"),
             max_memory=top.get("max_memory", "auto"),
+            delimiter=top.get("delimiter"),
         )
     except TypeError as exc:
         raise ConfigError(f"invalid setting: {exc}") from exc

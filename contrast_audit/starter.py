@@ -32,6 +32,7 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
                 "error stops at every bad row; skip skips every one. Skipped rows are reported.",
                 None,
             ),
+            "delimiter": ("Separator of CSV/TSV files (default: from the extension, or detected).", ";"),
             "max_memory": (
                 "Refuse input needing more memory than this before the costly stages: auto, off or a size (16G).",
                 None,
@@ -200,6 +201,7 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
 _TOP_LEVEL_DEFAULTS = {
     "on_bad_row": "skip-empty",
     "max_memory": "auto",
+    "delimiter": None,
     "format": "text",
     "fail_on": None,
     "strategy": "mask",

@@ -170,11 +170,12 @@ def resolve_mapping(path: str, columns: list[str], user: ColumnMapping) -> FileM
                     negatives = tuple(c for c in columns if re.match(neg_pattern, c))
                 break
     if layout is None or anchor is None or positive is None:
-        raise InputError(
-            path,
-            f"no anchor/positive columns recognised among: {', '.join(columns)}",
-            fix="name them with --anchor COLUMN --positive COLUMN (and --negative COLUMN for hard negatives)",
-        )
+        fix = "name them with --anchor COLUMN --positive COLUMN (and --negative COLUMN for hard negatives)"
+        if len(columns) == 1 and any(c in columns[0] for c in ",\t;|"):
+            fix = "the header was read as one column: pass --delimiter with the file's separator"
+        elif Path(path).suffix.lower() in (".csv", ".tsv", ".tab"):
+            fix += "; the first line of a CSV/TSV file is its header"
+        raise InputError(path, f"no anchor/positive columns recognised among: {', '.join(columns)}", fix=fix)
     optional = {
         role: getattr(user, role) or next((c for c in names if c in present), None) for role, names in OPTIONAL.items()
     }
@@ -192,6 +193,7 @@ def load_rows(
     user: ColumnMapping,
     on_bad_row: str = "skip-empty",
     normalise: NormaliseConfig | None = None,
+    delimiter: str | None = None,
 ) -> LoadResult:
     """Read, map and validate every file; concatenate into the canonical frame.
 
@@ -212,7 +214,7 @@ def load_rows(
             # Lists of texts are allowed for positives and negatives, never for the anchor.
             return {**dict.fromkeys(keys, KEY), m.positive: TEXTS, **dict.fromkeys(m.negatives, TEXTS), m.anchor: TEXT}
 
-        raw = read_raw(path, on_bad_row, column_kinds)
+        raw = read_raw(path, on_bad_row, column_kinds, delimiter)
         mapping = resolve_mapping(raw.path, raw.frame.columns, user)
         skipped.extend(
             BadRow(str(path), where, None, reason) if raw.lines is not None else BadRow(str(path), None, where, reason)

@@ -119,7 +119,7 @@ def file_kind(path: Path) -> str:
     return kind
 
 
-def read_raw(path: Path, on_bad_row: str, json_types: ColumnKinds) -> RawTable:
+def read_raw(path: Path, on_bad_row: str, json_types: ColumnKinds, delimiter: str | None = None) -> RawTable:
     """Read one file into a ``RawTable``.
 
     ``json_types`` maps a file's column names to the kind of value each mapped column must hold (``TEXT``,
@@ -141,7 +141,7 @@ def read_raw(path: Path, on_bad_row: str, json_types: ColumnKinds) -> RawTable:
         text = text.replace("\r", "\n")  # classic Mac line endings: CR alone ends a line
     if kind == "jsonl":
         return _read_jsonl(path, text, on_bad_row, json_types)
-    return _read_delimited(path, text, "\t" if kind == "tsv" else ",", kind, on_bad_row)
+    return _read_delimited(path, text, kind, on_bad_row, delimiter)
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -516,8 +516,56 @@ def _read_json_array(path: Path, text: str, on_bad_row: str, json_types: ColumnK
     return RawTable(str(path), "jsonl", frame, None, skipped, np.flatnonzero(good).astype(np.int64))
 
 
-def _read_delimited(path: Path, text: str, sep: str, kind: str, on_bad_row: str) -> RawTable:
+SEPARATORS = {",": "','", "\t": "tab", ";": "';'", "|": "'|'"}  # the separators detected, as messages name them
+
+
+def parse_delimiter(value: str) -> str:
+    """``--delimiter``: one character, or ``tab`` / ``\\t`` for a tab."""
+    text = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";", "pipe": "|"}.get(value.strip().lower(), value)
+    if len(text) != 1 or text in '\r\n"':
+        raise InputError(
+            "--delimiter",
+            f"{value!r} is not one separator character",
+            fix="pass one character such as ',' ';' '|', or tab",
+        )
+    return text
+
+
+def _choose_separator(text: str, kind: str, given: str | None) -> tuple[str, str]:
+    """The separator of a CSV/TSV text and why: ``--delimiter``, else the extension's (comma for CSV, tab
+    for TSV) unless the header line lacks it and csv.Sniffer finds another of , tab ; | consistent over
+    the first lines (a semicolon CSV, a TSV named .csv)."""
+    if given is not None:
+        return given, "--delimiter"
+    default = "\t" if kind == "tsv" else ","
+    origin = f"the .{kind} extension" if kind in ("csv", "tsv") else "the default"
+    lines = [line for line in text.split("\n", 64)[:64] if line.strip()]
+    header = lines[0] if lines else ""
+    if default in header:
+        return default, origin
+    try:
+        sniffed = csv.Sniffer().sniff("\n".join(lines[:50]), delimiters="".join(SEPARATORS)).delimiter
+    except csv.Error:
+        return default, origin
+    if sniffed in header:
+        return sniffed, "the header line (detected)"
+    return default, origin
+
+
+def _separator_note(sep: str, origin: str, header: str) -> str:
+    """``separator ',' (from the .csv extension)``, and which other separator the header holds, if one."""
+    note = f"separator {SEPARATORS.get(sep, repr(sep))}, from {origin}"
+    others = [SEPARATORS[c] for c in SEPARATORS if c != sep and c in header]
+    if others:
+        note += f"; the header also holds {' and '.join(others)}"
+    return note
+
+
+def _read_delimited(path: Path, text: str, kind: str, on_bad_row: str, delimiter: str | None = None) -> RawTable:
     first = text.lstrip().split("\n", 1)[0]
+    sep, origin = _choose_separator(text, kind, delimiter)
+    note = _separator_note(sep, origin, first)
+    other = "pass --delimiter with the file's separator" if origin != "--delimiter" else "check --delimiter"
     if first.startswith("{") or first.startswith("["):
         raise InputError(
             str(path),
@@ -534,7 +582,10 @@ def _read_delimited(path: Path, text: str, sep: str, kind: str, on_bad_row: str)
         raise InputError(str(path), "file is empty", fix="pass a file with a header and at least one row") from None
     except csv.Error as exc:
         raise InputError(
-            str(path), f"is not valid {kind.upper()} ({exc})", line=reader.line_num or 1, fix="check the quoting"
+            str(path),
+            f"is not valid {kind.upper()} ({exc}; {note})",
+            line=reader.line_num or 1,
+            fix=f"check the quoting, or {other}",
         ) from exc
     header_line = reader.line_num
     duplicates = sorted({h for h in header if header.count(h) > 1})
@@ -557,8 +608,8 @@ def _read_delimited(path: Path, text: str, sep: str, kind: str, on_bad_row: str)
             if not record or (len(record) == 1 and not record[0].strip()):
                 continue
             if len(record) != width:
-                reason = f"has {len(record)} fields, the header has {width}"
-                fix = "quote fields that contain the separator, or pass --on-bad-row skip"
+                reason = f"has {len(record)} fields, the header has {width} ({note})"
+                fix = f"quote fields that contain the separator, {other}, or pass --on-bad-row skip"
                 _bad(path, reader.line_num, reason, on_bad_row, skipped, fix)
                 continue
             rows.append(record)
@@ -566,7 +617,10 @@ def _read_delimited(path: Path, text: str, sep: str, kind: str, on_bad_row: str)
             positions.append(len(rows) + len(skipped) - 1)
     except csv.Error as exc:
         raise InputError(
-            str(path), f"is not valid {kind.upper()} ({exc})", line=end + 1, fix="check the quoting"
+            str(path),
+            f"is not valid {kind.upper()} ({exc}; {note})",
+            line=end + 1,
+            fix=f"check the quoting, or {other}",
         ) from exc
     if not rows:
         raise InputError(str(path), "has a header but no rows", line=header_line, fix="add rows or drop the file")
