@@ -438,3 +438,52 @@ class TestEmptyTextsByDefault:
         made = RUNNER.invoke(app, ["manifest", "p.jsonl", "--out", "m.jsonl", "-q", *LEXICAL, "--batch-size", "2"])
         assert made.exit_code == 0, made.output
         assert manifest_dataset("p.jsonl", read_manifest("m.jsonl")).rows.height == 6
+
+
+class TestMessagesPointTheRightWay:
+    """Each of these used to blame the wrong thing ("is a directory", "file not found", Parquet, "not valid
+    JSON"); now the message names what is wrong."""
+
+    def test_empty_file_name(self, tmp_path: Path) -> None:
+        result = scan("")
+        assert result.exit_code == 2 and "empty file name" in result.stderr and "directory" not in result.stderr
+
+    def test_symlink_loop(self, tmp_path: Path) -> None:
+        (tmp_path / "loop.jsonl").symlink_to(tmp_path / "loop.jsonl")
+        result = scan("loop.jsonl")
+        assert result.exit_code == 2 and "symbolic link that loops" in result.stderr
+
+    def test_dangling_symlink(self, tmp_path: Path) -> None:
+        (tmp_path / "gone.jsonl").symlink_to(tmp_path / "nowhere.jsonl")
+        result = scan("gone.jsonl")
+        assert result.exit_code == 2 and "nowhere.jsonl, which does not exist" in result.stderr
+
+    @pytest.mark.parametrize(
+        ("magic", "kind"), [(b"\x1f\x8b\x08\x00", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"PK\x03\x04", "zip")]
+    )
+    @pytest.mark.parametrize("name", ["pairs.jsonl", "pairs.csv"])
+    def test_compressed_content(self, tmp_path: Path, magic: bytes, kind: str, name: str) -> None:
+        _write(tmp_path / name, magic + b"\x00\x01binary")
+        result = scan(name)
+        assert result.exit_code == 2, result.output
+        assert f"is {kind}-compressed" in result.stderr and "Parquet" not in result.stderr
+
+    def test_gzip_of_real_data(self, tmp_path: Path) -> None:
+        import gzip
+
+        _write(tmp_path / "pairs.jsonl", gzip.compress(_rows(3).encode()))
+        result = scan("pairs.jsonl")
+        assert result.exit_code == 2 and "gzip -dc pairs.jsonl | contrast-audit scan -" in result.stderr
+
+    @pytest.mark.parametrize("name", ["pairs.json", "pairs.jsonl"])
+    def test_pretty_printed_object(self, tmp_path: Path, name: str) -> None:
+        _write(tmp_path / name, json.dumps({"anchor": "a", "positive": "b"}, indent=2) + "\n")
+        result = scan(name)
+        assert result.exit_code == 2, result.output
+        assert f"{name}:1:" in result.stderr and "spread over several lines" in result.stderr
+
+    def test_pretty_printed_array_is_read(self, tmp_path: Path) -> None:
+        rows = [{"anchor": "a", "positive": "b"}, {"anchor": "c", "positive": "d"}]
+        _write(tmp_path / "pairs.json", json.dumps(rows, indent=2))
+        result = RUNNER.invoke(app, ["scan", "pairs.json", "--format", "json", "-q", *LEXICAL])
+        assert result.exit_code == 0 and json.loads(result.stdout)["counts"]["rows"] == 2

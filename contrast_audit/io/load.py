@@ -105,12 +105,18 @@ def expand_paths(patterns: list[str]) -> list[Path]:
                 )
             out.extend(files)
             continue
+        if not pattern.strip():
+            raise InputError(
+                "''", "an empty file name was given", fix="pass a file name or a glob (check the variable that held it)"
+            )
         path = Path(pattern)
         if path.is_dir():
             raise InputError(
                 pattern, "is a directory", fix=f"pass files or a glob such as '{pattern.rstrip('/')}/*.jsonl'"
             )
         if not path.exists():
+            if path.is_symlink():
+                raise _broken_link(pattern)
             raise InputError(pattern, "file not found", fix="check the path")
         out.append(path)
     if not out:
@@ -118,26 +124,40 @@ def expand_paths(patterns: list[str]) -> list[Path]:
     return out
 
 
-def repeated_files(files: list[Path]) -> list[str]:
-    """One warning per file named more than once (by path, link or hard link): its rows count twice."""
+def _broken_link(pattern: str) -> InputError:
+    """A symbolic link that loops or points to nothing."""
+    import errno
+
+    try:
+        os.stat(pattern)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return InputError(pattern, "is a symbolic link that loops (it points back to itself)", fix="fix the link")
+    return InputError(
+        pattern, f"is a symbolic link to {os.readlink(pattern)}, which does not exist", fix="fix the link"
+    )
+
+
+def distinct_files(files: list[Path]) -> tuple[list[Path], list[str]]:
+    """The files, each once, and one warning per file named more than once (by path, link or hard link):
+    it is read once, so its rows are not all exact duplicates (and repeated ids) of themselves."""
     seen: dict[tuple[int, int], str] = {}
+    kept: list[Path] = []
     warnings: list[str] = []
     for path in files:
-        if str(path) == STDIN:
-            continue
         try:
-            st = os.stat(path)
+            st = os.stat(path) if str(path) != STDIN else None
         except OSError:
-            continue
-        key = (st.st_dev, st.st_ino)
-        if key in seen:
+            st = None
+        key = (st.st_dev, st.st_ino) if st is not None else None
+        if key is not None and key in seen:
             same = "" if seen[key] == str(path) else f" (as {seen[key]})"
-            warnings.append(
-                f"{path} is given twice{same}: its rows are read twice and each is an exact duplicate of itself"
-            )
-        else:
+            warnings.append(f"{path} is given twice{same}: it is read once")
+            continue
+        if key is not None:
             seen[key] = str(path)
-    return warnings
+        kept.append(path)
+    return kept, warnings
 
 
 def resolve_mapping(path: str, columns: list[str], user: ColumnMapping) -> FileMapping:
@@ -200,7 +220,7 @@ def load_rows(
     A text is empty when nothing is left of it after ``normalise`` (the scan's normal form):
     whitespace, punctuation or invisible characters alone are not text.
     """
-    files = expand_paths(patterns)
+    files, warnings = distinct_files(expand_paths(patterns))
     norm = normalise or NormaliseConfig()
     frames: list[pl.DataFrame] = []
     mappings: list[FileMapping] = []
@@ -231,7 +251,6 @@ def load_rows(
         first = f" ({len(skipped)} skipped; first: {skipped[0].location()}, {skipped[0].reason})" if skipped else ""
         raise InputError(str(files[0]), f"no valid rows left after skipping bad rows{first}", fix="fix the input")
     names = [STDIN_NAME if str(f) == STDIN else str(f) for f in files]
-    warnings = repeated_files(files)
     empty = [b for b in skipped if re.search(EMPTY_PROBLEM, b.reason)]
     if empty and on_bad_row == "skip-empty":
         n = len(empty)

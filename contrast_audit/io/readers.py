@@ -213,7 +213,24 @@ def _read_fifo(path: Path) -> bytes:
         os.close(fd)
 
 
+# Compressed files by their magic bytes: (magic, name, the command that decompresses one to stdout).
+COMPRESSED = (
+    (b"\x1f\x8b", "gzip", "gzip -dc"),
+    (b"\x28\xb5\x2f\xfd", "zstd", "zstd -dc"),
+    (b"BZh", "bzip2", "bzip2 -dc"),
+    (b"\xfd7zXZ\x00", "xz", "xz -dc"),
+    (b"PK\x03\x04", "zip", "unzip -p"),
+)
+
+
 def _decode(path: Path, data: bytes) -> str:
+    for magic, name, command in COMPRESSED:
+        if data.startswith(magic) and (name != "bzip2" or data[3:4].isdigit()):
+            raise InputError(
+                str(path),
+                f"is {name}-compressed, not text",
+                fix=f"decompress it first, or pipe it in: {command} {path} | contrast-audit scan -",
+            )
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise InputError(
             str(path),
@@ -262,6 +279,14 @@ def _read_jsonl(path: Path, text: str, on_bad_row: str, json_types: ColumnKinds)
     stripped = text.lstrip()
     if path.suffix.lower() in (".json", "") and stripped.startswith("["):
         return _read_json_array(path, stripped, on_bad_row, json_types)
+    if stripped.startswith("{") and lines and _spread_over_lines(lines[0], stripped):
+        raise InputError(
+            str(path),
+            "holds a JSON object spread over several lines; each line must hold one whole object (JSON Lines), "
+            "or the file one array of objects",
+            line=int(numbers[0]),
+            fix="write one object per line (jq -c . FILE > FILE.jsonl), or wrap the objects in [ ... ] in a .json file",
+        )
     try:
         brackets = pl.Series("l", lines, dtype=pl.String).str.count_matches(r"[\[{]").max() if lines else 0
         if brackets is None or int(brackets) > FAST_JSON_MAX_BRACKETS:  # type: ignore[arg-type]
@@ -279,6 +304,21 @@ def _read_jsonl(path: Path, text: str, on_bad_row: str, json_types: ColumnKinds)
     except (pa.ArrowException, ValueError, TypeError, OverflowError, pl.exceptions.PolarsError):
         pass
     return _read_jsonl_slow(path, lines, numbers, on_bad_row, json_types)
+
+
+def _spread_over_lines(first: str, text: str) -> bool:
+    """Whether the first line is not JSON on its own but opens an object that a later line closes
+    (pretty-printed JSON, which JSON Lines cannot be)."""
+    try:
+        json.loads(first)
+        return False
+    except (ValueError, RecursionError):
+        pass
+    try:
+        value, end = json.JSONDecoder().raw_decode(text)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(value, dict) and "\n" in text[:end]
 
 
 class _JSONProblem(Exception):

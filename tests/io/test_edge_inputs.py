@@ -211,9 +211,17 @@ def test_same_file_twice_is_a_warning(tmp_path: Path) -> None:
     (tmp_path / "p.jsonl").write_text(row_json(0) + "\n" + row_json(1) + "\n")
     os.link(tmp_path / "p.jsonl", tmp_path / "hard.jsonl")
     loaded = load_rows(["p.jsonl", "p.jsonl", "hard.jsonl"], ColumnMapping())
-    assert len(loaded.warnings) == 2
-    assert "p.jsonl is given twice" in loaded.warnings[0]
+    assert len(loaded.warnings) == 2 and loaded.rows.height == 2  # read once
+    assert "p.jsonl is given twice: it is read once" in loaded.warnings[0]
     assert "hard.jsonl is given twice (as p.jsonl)" in loaded.warnings[1]
+
+
+def test_same_file_twice_with_ids_is_a_warning_not_repeated_ids(tmp_path: Path) -> None:
+    (tmp_path / "p.jsonl").write_text(row_json(0, id="a") + "\n" + row_json(1, id="b") + "\n")
+    result = scan("p.jsonl", "p.jsonl")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["counts"]["rows"] == 2 and any("given twice" in w for w in report["warnings"])
 
 
 @pytest.mark.parametrize("content", ['"anchor,positive\n', 'anchor,"posi\ntive', '"\n'])
