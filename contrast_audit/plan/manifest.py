@@ -48,9 +48,9 @@ HEADER_SCHEMA: dict[str, Any] = {
         "kind": {"const": KIND},
         "schema_version": {"const": SCHEMA_VERSION},
         "strategy": {"enum": list(STRATEGIES)},
-        "mask_severity": {"enum": ["certain", "likely", "suspect"]},
+        "mask_severity": {"enum": ["certain", "likely", "suspect", None]},
         "fingerprint": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
-        "rows": {"type": "integer", "minimum": 0, "maximum": _INT64},
+        "rows": {"type": ["integer", "null"], "minimum": 0, "maximum": _INT64},
         "files": {"type": "array", "items": {"type": "string"}},
         "mapping": {
             "anyOf": [
@@ -65,12 +65,14 @@ HEADER_SCHEMA: dict[str, Any] = {
             "type": "object",
             "required": ["epochs", "world_size"],
             "properties": {
-                "source": {"type": "string"},
-                "sampler": {"type": "string"},
-                "batch_size": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
-                "seed": {"type": "integer", "minimum": 0, "maximum": _INT64},
+                # Informational (the trainer replays the batches): typed when present, null allowed.
+                "source": {"type": ["string", "null"]},
+                "sampler": {"type": ["string", "null"]},
+                "batch_size": {"type": ["integer", "null"], "minimum": 1, "maximum": 2**31 - 1},
+                "seed": {"type": ["integer", "null"], "minimum": 0, "maximum": _INT64},
+                "drop_last": {"type": ["boolean", "null"]},
+                # What readers act on: required and bounded.
                 "epochs": {"type": "integer", "minimum": 1, "maximum": 100_000},
-                "drop_last": {"type": "boolean"},
                 "world_size": {"type": "integer", "minimum": 1, "maximum": 1_000_000},
             },
         },

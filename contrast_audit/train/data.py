@@ -94,7 +94,14 @@ def manifest_dataset(
     """Load ``data`` as the manifest was planned, refuse a fingerprint mismatch, build the dataset."""
     patterns = [data] if isinstance(data, str) else list(data)
     try:
-        loaded = load_rows(patterns, mapping_from_manifest(manifest, mapping), on_bad_row_of(manifest))
+        config = manifest.header.get("config")
+        delimiter = config.get("delimiter") if isinstance(config, dict) else None
+        loaded = load_rows(
+            patterns,
+            mapping_from_manifest(manifest, mapping),
+            on_bad_row_of(manifest),
+            delimiter=delimiter if isinstance(delimiter, str) and len(delimiter) == 1 else None,
+        )
     except InputError as exc:
         if "not found (columns:" not in exc.message:
             raise
