@@ -397,7 +397,9 @@ def prepare(
         ),
     )
     with _stage(progress, "Loading files"):
-        loaded = load_rows([str(f) for f in files], cfg.mapping, cfg.on_bad_row, cfg.normalise)  # globbed once
+        loaded = load_rows(
+            [str(f) for f in files], cfg.mapping, cfg.on_bad_row, cfg.normalise, cfg.delimiter
+        )  # globbed once
         if extend_rows is not None:
             loaded = extend_rows(loaded)
     with _stage(progress, "Normalising texts"):
@@ -508,7 +510,7 @@ def audit(
     n_sets = len(plan.global_batches(cfg.plan.world_size))
     result = AuditResult(cfg, loaded, corpus, plan, n_sets, judgement, config_file, active)
     stores = {id(s): s for d in active if (s := getattr(d, "store", None)) is not None}
-    cache_warnings = [w for s in stores.values() for w in getattr(s, "warnings", [])]
+    cache_warnings = list(dict.fromkeys(w for s in stores.values() for w in getattr(s, "warnings", [])))
     plan_notes = plan_warnings(cfg, corpus.n_rows, plan, n_sets, judgement.candidates)
     result.warnings = [*loaded.warnings, *plan_notes, *cache_warnings]
     if ref.against or ref.eval:

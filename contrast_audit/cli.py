@@ -31,6 +31,7 @@ app = typer.Typer(
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
+MAX_TOP = 1_000_000  # the most findings, negatives or annotations a --top (or --max-annotations) can ask for
 
 
 class Format(str, Enum):
@@ -63,6 +64,7 @@ class CalibrationMode(str, Enum):
 
 
 class OnBadRow(str, Enum):
+    skip_empty = "skip-empty"
     error = "error"
     skip = "skip"
 
@@ -84,6 +86,9 @@ def handle_errors(func: F) -> F:
             _stderr().print(Text.assemble(("error:", "bold red"), " ", exc.render()))
             raise typer.Exit(EXIT_USAGE) from None
         except KeyboardInterrupt:
+            _stderr().print(
+                "contrast-audit: interrupted (Ctrl-C); outputs not yet written are left as they were", markup=False
+            )
             raise typer.Exit(130) from None
         except Exception as exc:  # noqa: BLE001 - the last line of defence
             console = _stderr()
@@ -148,7 +153,16 @@ def _split(values: list[str] | None) -> list[str] | None:
 
 
 def _opt(help_text: str, panel: str, *names: str, **kwargs: Any) -> Any:
-    return typer.Option(*names, help=help_text, rich_help_panel=panel, **kwargs)
+    """An option whose help is plain text: brackets (``[tool.contrast-audit]``, ``{"rows": [id, ...]}``,
+    ``[default: 32]``) are shown as written, never read as Rich markup."""
+    return typer.Option(*names, help=plain_help(help_text), rich_help_panel=panel, **kwargs)
+
+
+def plain_help(text: str) -> str:
+    """``text`` escaped for Rich markup (a ``\\[`` already escaped is taken as a plain ``[``)."""
+    from rich.markup import escape
+
+    return escape(text.replace("\\[", "["))
 
 
 # Option declarations; those in AUDIT_OPTIONS are shared by every command that plans and judges batches.
@@ -364,7 +378,20 @@ VerifierQuantile = Annotated[
 ]
 OnBad = Annotated[
     OnBadRow | None,
-    _opt("What to do with a malformed row: stop with an error, or skip it and report it.  \\[default: error]", "Input"),
+    _opt(
+        "Bad rows: skip-empty skips rows whose text is empty or nothing but punctuation or invisible characters "
+        "(reported with file:line) and stops at any other bad row; error stops at every bad row; skip skips and "
+        "reports every one.  \\[default: skip-empty]",
+        "Input",
+    ),
+]
+Delimiter = Annotated[
+    str | None,
+    _opt(
+        "Separator of CSV/TSV data files: one character, or tab.  \\[default: from the extension (comma for .csv, "
+        "tab for .tsv), or the one the header line uses when it lacks that]",
+        "Input",
+    ),
 ]
 MaxMemory = Annotated[
     str | None,
@@ -501,6 +528,7 @@ AUDIT_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("verifier_threshold", VerifierThreshold),
     ("verifier_quantile", VerifierQuantile),
     ("on_bad_row", OnBad),
+    ("delimiter", Delimiter),
     ("max_memory", MaxMemory),
 )
 _SETTING_NAMES = {"negative": "negatives", "id_column": "id"}  # flag parameter → settings key
@@ -612,14 +640,48 @@ def open_output(
     return OutputTarget(output, inputs=inputs, option=option)
 
 
+def check_stdout(output: str | None) -> None:
+    """Before any work: a report bound for standard output needs one (``>&-`` closed it)."""
+    from contrast_audit.errors import ConfigError
+
+    if output is None and STDOUT_CLOSED:
+        raise ConfigError(
+            "standard output is closed (>&-), so the report has nowhere to go",
+            fix="pass --output FILE, or redirect standard output to a file",
+        )
+
+
 def _emit(rendered: str | Iterable[str], target: Any) -> None:
-    """Write a report (whole, or in pieces as they are made) to ``target``, or to stdout."""
+    """Write a report (whole, or in pieces as they are made) to ``target``, or to stdout. A failing
+    stdout (``> /dev/full``, a closed pipe) is exit 2 saying so."""
+    from contrast_audit.errors import AuditError
+
     if target is not None:
         target.write(rendered)
         return
-    for piece in (rendered,) if isinstance(rendered, str) else rendered:
-        sys.stdout.write(piece)
-    sys.stdout.flush()
+    try:
+        for piece in (rendered,) if isinstance(rendered, str) else rendered:
+            sys.stdout.write(piece)
+        sys.stdout.flush()
+    except OSError as exc:
+        _drop_stdout()
+        if isinstance(exc, BrokenPipeError):
+            raise AuditError("standard output was closed by its reader before the report was whole") from None
+        raise AuditError(
+            f"writing the report to standard output failed ({exc.strerror or exc})",
+            fix="free space where standard output goes, or pass --output FILE",
+        ) from None
+
+
+def _drop_stdout() -> None:
+    """After a failed write, point stdout at /dev/null: the interpreter's last flush would fail again."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):
+        pass
+    sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
 
 
 def _warn(warnings: list[str]) -> None:
@@ -636,13 +698,15 @@ def scan(
     options: AuditOptions,
     output_format: FormatOpt = None,
     output: OutputOpt = None,
-    top: Annotated[int, _opt("Findings shown in text, markdown and html reports.", "Output")] = 20,
+    top: Annotated[int, _opt("Findings shown in text, markdown and html reports.", "Output", min=0, max=MAX_TOP)] = 20,
     fail_on: Annotated[
         list[str] | None,
         _opt(
             "Gate: exit 1 when a condition holds, e.g. findings>0, fn-rate>0.001, likely>10. Grammar: "
             + GATE_GRAMMAR
-            + ". Metrics: findings, certain, likely, suspect, fn-rate, rows-affected, mislabelled, and one per evidence kind.",
+            + ". Metrics: findings, certain, likely, suspect, fn-rate, rows-affected, mislabelled, one per evidence "
+            "kind (exact, same-anchor, linked, declared, minhash, embedding, anchor-embedding, margin, pair), and "
+            "overlaps and leaks (new rows repeating --against data or leaking --eval data).",
             "Gate",
         ),
     ] = None,
@@ -661,7 +725,8 @@ def scan(
         ),
     ] = Annotations.auto,
     max_annotations: Annotated[
-        int, _opt("At most N annotations, then a notice of how many more (0: only the notice).", "CI")
+        int,
+        _opt("At most N annotations, then a notice of how many more (0: only the notice).", "CI", min=0, max=MAX_TOP),
     ] = 50,
     quiet: Quiet = False,
     against: Against = None,
@@ -701,6 +766,7 @@ def scan(
     if max_annotations < 0:
         raise ConfigError(f"--max-annotations must be >= 0, got {max_annotations}")
     extra = [_report_target(value, tuple(FORMATTERS)) for value in report or []]
+    check_stdout(output)
 
     with ExitStack() as stack:
         target = stack.enter_context(open_output(output, data, settings, origin))
@@ -770,12 +836,17 @@ def negatives(
             "Output",
         ),
     ] = None,
-    top: Annotated[int, _opt("How many alleged negatives (or anchors, with --per-anchor) to list.", "Output")] = 20,
+    top: Annotated[
+        int,
+        _opt("How many alleged negatives (or anchors, with --per-anchor) to list.", "Output", min=1, max=MAX_TOP),
+    ] = 20,
     per_anchor: Annotated[
         int,
         _opt(
             "List each anchor's K highest-scoring negatives, for the --top anchors whose best negative scores highest; 0 lists negatives globally.",
             "Output",
+            min=0,
+            max=MAX_TOP,
         ),
     ] = 0,
     only_source: Annotated[list[str] | None, _opt("Only anchors from these sources (repeatable).", "Filter")] = None,
@@ -795,6 +866,7 @@ def negatives(
     fmt = output_format_for(output, output_format.value if output_format else None, ("text", "json"))
     if top < 1 or per_anchor < 0:
         raise ConfigError("--top must be >= 1 and --per-anchor >= 0")
+    check_stdout(output)
     with open_output(output, data, settings, origin) as target:
         with progress_bars(not quiet and sys.stderr.isatty()) as progress:
             result = audit(data, cfg, progress=progress, config_file=origin)
@@ -972,6 +1044,7 @@ def eval_command(
     output_format: Annotated[EvalFormat, _opt("Output format.", "Output", "--format")] = EvalFormat.text,
 ) -> None:
     """Retrieval quality of MODEL on held-out queries: Recall@1/5/10, MRR@10, nDCG@10."""
+    check_stdout(None)  # before the imports: they take seconds
     from contrast_audit.train.evaluate import evaluate, render_json, render_text
 
     result = evaluate(
@@ -981,8 +1054,55 @@ def eval_command(
     raise typer.Exit(EXIT_OK)
 
 
+class _QuietOnFailure:
+    """Standard error that cannot fail the run: when it is full or gone (``2>/dev/full``), messages are
+    lost but the exit code still says how the run ended."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except (OSError, ValueError):
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+STDOUT_CLOSED = False  # standard output was closed when the command started (``>&-``)
+
+
+def guard_standard_streams() -> None:
+    """Closed standard streams (``>&-``, ``2>&-``) are opened on /dev/null, so no file the run opens can
+    take their descriptor and receive stray output; stderr becomes one that never fails the run."""
+    global STDOUT_CLOSED
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+            if getattr(sys, name) is not None:
+                continue
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+        if name == "stdout":
+            STDOUT_CLOSED = True
+        setattr(sys, name, open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False))  # noqa: SIM115
+    sys.stderr = _QuietOnFailure(sys.stderr)
+
+
 def main() -> None:
     """Console-script entry point."""
+    guard_standard_streams()
     app()
 
 

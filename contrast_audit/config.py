@@ -17,7 +17,7 @@ from contrast_audit.errors import ConfigError
 
 DIRECTIONS = ("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc")
 SAMPLERS = ("random", "no-duplicates")
-ON_BAD_ROW = ("error", "skip")
+ON_BAD_ROW = ("skip-empty", "error", "skip")
 
 # Characters folded from both ends of a text by default: sentence punctuation, quotes and
 # brackets. Symbols that carry meaning at the edge of a text (``C++``, ``C#``, ``$5``, ``-1``) are kept.
@@ -277,18 +277,23 @@ class AuditConfig:
     minhash: MinHashConfig = field(default_factory=MinHashConfig)
     embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
-    on_bad_row: str = "error"
+    on_bad_row: str = "skip-empty"
     reference: ReferenceConfig = field(default_factory=ReferenceConfig)
     baseline: str | None = None
     max_memory: str = "auto"  # refuse input that would need more (contrast_audit.resources)
+    delimiter: str | None = None  # the separator of CSV/TSV data files; None: from the extension, or detected
 
     def __post_init__(self) -> None:
         if self.on_bad_row not in ON_BAD_ROW:
-            raise ConfigError(f"on_bad_row must be error or skip, got {self.on_bad_row!r}")
+            raise ConfigError(f"on_bad_row must be one of {', '.join(ON_BAD_ROW)}, got {self.on_bad_row!r}")
         if str(self.max_memory).strip().lower() not in ("auto", "off"):
             from contrast_audit.resources import parse_size
 
             parse_size(self.max_memory)  # a bad size fails here, before any file is read
+        if self.delimiter is not None:
+            from contrast_audit.io.readers import parse_delimiter
+
+            object.__setattr__(self, "delimiter", parse_delimiter(self.delimiter))
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -322,6 +327,7 @@ _FILE_KEYS: dict[str, tuple[str | None, str]] = {
     "directions": ("loss", "directions"),
     "on_bad_row": (None, "on_bad_row"),
     "max_memory": (None, "max_memory"),
+    "delimiter": (None, "delimiter"),
     "fail_on": (None, "fail_on"),
     "format": (None, "format"),
     "strategy": (None, "strategy"),
@@ -354,6 +360,7 @@ _FILE_KEYS: dict[str, tuple[str | None, str]] = {
     "absolute_margin": ("embedding", "absolute_margin"),
     "relative_margin": ("embedding", "relative_margin"),
     "margin_doc_ratio": ("embedding", "margin_doc_ratio"),
+    "pair": ("embedding", "pair_evidence"),
     "pair_evidence": ("embedding", "pair_evidence"),
     "calibration": ("embedding", "calibration"),
     "calibration_quantile": ("embedding", "calibration_quantile"),
@@ -395,6 +402,7 @@ SETTING_RULES: dict[str, tuple[str, float | None, float | None, bool]] = {
             "plan",
             "on_bad_row",
             "max_memory",
+            "delimiter",
             "format",
             "strategy",
             "mask_severity",
@@ -425,6 +433,7 @@ SETTING_RULES: dict[str, tuple[str, float | None, float | None, bool]] = {
             "margin",
             "with_existing",
             "use_index",
+            "pair",
             "pair_evidence",
         ),
         ("bool", None, None, False),
@@ -540,15 +549,21 @@ def load_config_file(path: Path | None = None, cwd: Path | None = None) -> tuple
 
 def _read_toml(path: Path, in_pyproject: bool) -> tuple[dict[str, Any], str | None]:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        # utf-8-sig: a byte-order mark (some Windows editors write one) is not part of the TOML.
+        data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})", fix="fix the file's syntax") from exc
-    if in_pyproject:
-        data = data.get("tool", {}).get("contrast-audit")
-        if data is None:
+    tool = data.get("tool")
+    if in_pyproject or tool is not None:
+        if tool is not None and not isinstance(tool, dict):
+            raise _not_a_table(path, "tool", tool, "[tool.contrast-audit]")
+        section = (tool or {}).get("contrast-audit")
+        if section is None and in_pyproject:
             return {}, None
-    elif "tool" in data and "contrast-audit" in data["tool"]:
-        data = data["tool"]["contrast-audit"]
+        if section is not None:
+            if not isinstance(section, dict):
+                raise _not_a_table(path, "tool.contrast-audit", section, "[tool.contrast-audit] with key = value lines")
+            data = section
     settings: dict[str, Any] = {}
     for key, value in data.items():
         name = key.replace("-", "_")
@@ -556,21 +571,47 @@ def _read_toml(path: Path, in_pyproject: bool) -> tuple[dict[str, Any], str | No
             settings.update(_reference_table(path, name, value))
             continue
         if name not in _FILE_KEYS:
-            valid = ", ".join(sorted(k.replace("_", "-") for k in _FILE_KEYS))
-            raise ConfigError(f"{path}: unknown setting '{key}'", fix=f"valid settings: {valid}")
+            raise ConfigError(f"{path}: unknown setting '{key}'", fix=_did_you_mean(key, _SETTING_KEYS))
         settings[name] = check_setting(name, value, f"{path}: setting '{key}'")
     return settings, str(path)
+
+
+_SETTING_KEYS = sorted(k.replace("_", "-") for k in _FILE_KEYS)
+
+
+def _did_you_mean(key: str, valid: list[str]) -> str:
+    """``did you mean 'batch-size'?`` for a near miss, else where the valid keys are listed."""
+    import difflib
+
+    close = difflib.get_close_matches(key.replace("_", "-").lower(), valid, n=3, cutoff=0.6)
+    if close:
+        return f"did you mean {' or '.join(repr(c) for c in close)}? (keys are the flag names, without --)"
+    return "keys are the flag names without -- (contrast-audit init writes every key with its meaning)"
+
+
+def _not_a_table(path: Path, key: str, value: Any, fix: str) -> ConfigError:
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:39] + "…"
+    return ConfigError(f"{path}: '{key}' must be a table, got {shown} ({_type_name(value)})", fix=f"write {fix}")
 
 
 def _reference_table(path: Path, name: str, table: dict[str, Any]) -> dict[str, Any]:
     """``[tool.contrast-audit.against]`` / ``.eval``: paths and the columns of that data."""
     out: dict[str, Any] = {}
     columns: dict[str, Any] = {}
+    valid = [k for k in _REFERENCE_TABLE_KEYS if k != "text" or name == "eval"]
     for key, value in table.items():
         attr = key.replace("-", "_")
-        if attr not in _REFERENCE_TABLE_KEYS or (attr == "text" and name != "eval"):
-            valid = [k for k in _REFERENCE_TABLE_KEYS if k != "text" or name == "eval"]
-            raise ConfigError(f"{path}: unknown setting '{name}.{key}'", fix=f"valid settings: {', '.join(valid)}")
+        if attr not in valid:
+            raise ConfigError(f"{path}: unknown setting '{name}.{key}'", fix=_did_you_mean(key, valid))
+        lists = attr in ("paths", "negatives", "negative")
+        if not (
+            isinstance(value, str) or (lists and isinstance(value, list) and all(isinstance(v, str) for v in value))
+        ):
+            what = "a string or a list of strings" if lists else "a string"
+            raise ConfigError(
+                f"{path}: setting '{name}.{key}' must be {what}, got {value!r} ({_type_name(value)})",
+                fix=f"set {name}.{key} to {what}",
+            )
         if attr == "paths":
             out[name] = value
         elif attr == "text":
@@ -590,7 +631,7 @@ def build_config(settings: dict[str, Any]) -> AuditConfig:
             continue
         value = check_setting(name, value, f"--{name.replace('_', '-')}")
         section, attr = _FILE_KEYS[name]
-        if section is None and attr not in ("on_bad_row", "baseline", "max_memory"):
+        if section is None and attr not in ("on_bad_row", "baseline", "max_memory", "delimiter"):
             continue
         if attr in ("negatives", "directions", "against", "eval"):
             value = tuple([value] if isinstance(value, str) else value)
@@ -614,9 +655,10 @@ def build_config(settings: dict[str, Any]) -> AuditConfig:
         top = sections.get(None, {})
         return AuditConfig(
             **parts,
-            on_bad_row=top.get("on_bad_row", "error"),
+            on_bad_row=top.get("on_bad_row", "skip-empty"),
             baseline=top.get("baseline"),
             max_memory=top.get("max_memory", "auto"),
+            delimiter=top.get("delimiter"),
         )
     except TypeError as exc:
         raise ConfigError(f"invalid setting: {exc}") from exc

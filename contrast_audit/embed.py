@@ -498,10 +498,15 @@ class EmbeddingStore:
         return out
 
     def _flush(self, cache: EmbeddingCache, keys: np.ndarray, vectors: np.ndarray) -> None:
+        if not self.writable:
+            return  # it failed once this run (a full disk): said once, not tried again
         try:
             cache.write(keys, vectors=vectors)
         except OSError as exc:
-            self.warnings.append(f"the embedding cache {cache.dir} cannot be written ({exc.strerror})")
+            self.warnings.append(
+                f"the embedding cache {self.cache_root()} cannot be written ({exc.strerror}): vectors are "
+                "computed but not kept"
+            )
             self.writable = False
 
     def cosine(self, left: np.ndarray, right: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:

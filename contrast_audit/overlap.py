@@ -48,7 +48,7 @@ from contrast_audit.evidence import minhash
 from contrast_audit.evidence.base import CERTAIN, LIKELY, SEVERITY_NAMES
 from contrast_audit.evidence.minhash import band_keys, lsh_params, signatures
 from contrast_audit.io.load import LoadResult, expand_paths, load_rows
-from contrast_audit.io.readers import read_raw
+from contrast_audit.io.readers import KEY, TEXT, read_raw
 from contrast_audit.normalise import normalise_expr
 
 TARGETS = ("existing", "eval")
@@ -166,7 +166,14 @@ def load_eval(
         if single is None:
             frames.append(row_occurrences(load_rows([str(path)], mapping, on_bad_row).rows))
             continue
-        raw = read_raw(path, on_bad_row, lambda cols, _s=single: dict.fromkeys((c for c in _s if c in cols), False))
+        raw = read_raw(
+            path,
+            on_bad_row,
+            lambda cols, _s=single: {
+                **dict.fromkeys((c for c in ("_id", "id") if c in cols), KEY),
+                **dict.fromkeys((c for c in _s if c in cols), TEXT),
+            },
+        )
         frame = raw.frame
         missing = [c for c in single[:1] if c not in frame.columns]
         if missing:

@@ -27,7 +27,12 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
             "source": ("Column naming each row's source, for breakdowns.", "source"),
             "cohort": ("Column naming each row's cohort, for breakdowns.", "cohort"),
             "group": ("Column whose equal values declare rows mutual positives.", "group"),
-            "on_bad_row": ("A malformed row: error stops the scan, skip skips and reports it.", None),
+            "on_bad_row": (
+                "Bad rows: skip-empty skips rows whose text is empty after normalisation and stops at any other; "
+                "error stops at every bad row; skip skips every one. Skipped rows are reported.",
+                None,
+            ),
+            "delimiter": ("Separator of CSV/TSV files (default: from the extension, or detected).", ";"),
             "max_memory": (
                 "Refuse input needing more memory than this before the costly stages: auto, off or a size (16G).",
                 None,
@@ -130,7 +135,8 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
                 "Margin findings are likely only where the positive has this many times the anchor's words.",
                 None,
             ),
-            "pair_evidence": ("Pair evidence: two rows compared through their four cross cosines.", None),
+            "pair": ("Pair evidence: two rows compared through their four cross cosines.", None),
+            "pair_evidence": ("The same as pair.", True),
             "calibration": ("Pair bars from the data's own anchor-positive cosines (auto) or fixed (off).", None),
             "calibration_quantile": ("Quantile of the rows' own anchor-positive cosines that sets the pair bar.", None),
             "calibration_floor": ("No calibrated pair bar goes under this cosine.", None),
@@ -206,8 +212,9 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
 ]
 
 _TOP_LEVEL_DEFAULTS = {
-    "on_bad_row": "error",
+    "on_bad_row": "skip-empty",
     "max_memory": "auto",
+    "delimiter": None,
     "format": "text",
     "fail_on": None,
     "strategy": "mask",
@@ -222,8 +229,8 @@ def default_of(key: str) -> Any:
     if section is None:
         return _TOP_LEVEL_DEFAULTS.get(attr)
     value = getattr(getattr(AuditConfig(), section), attr)
-    if key == "negative":
-        return None  # the alias has no default of its own
+    if key in ("negative", "pair_evidence"):
+        return None  # an alias has no default of its own
     if isinstance(value, tuple):
         return list(value)
     return value

@@ -304,3 +304,24 @@ def test_array_checksums_are_sha256_of_dtype_shape_and_bytes() -> None:
         assert embed._digest(array) == hashlib.sha256(head + array.tobytes()).digest()
     view = np.arange(24, dtype=np.uint32).reshape(4, 6)[:, ::2]  # not contiguous
     assert embed._digest(view) == embed._digest(np.ascontiguousarray(view))
+
+
+@pytest.mark.slow
+def test_a_full_cache_disk_warns_once_per_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    c = corpus_of(ROWS + MORE)
+    monkeypatch.setattr(embed, "FLUSH_TEXTS", 2)
+    writes = {"n": 0}
+
+    def full(self, *args, **kwargs):
+        writes["n"] += 1
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(embed.EmbeddingCache, "write", full)
+    cfg = EmbeddingConfig(cache_dir=str(tmp_path), device="cpu", batch_size=2, query_prompt="q: ", doc_prompt="d: ")
+    store = EmbeddingStore(cfg)
+    store.prepare(c)
+    assert writes["n"] == 1  # not tried again after the disk was full
+    assert len(store.warnings) == 1 and "No space left on device" in store.warnings[0]
+    assert store.query is not None and store.doc is not None  # the run went on

@@ -85,21 +85,21 @@ CASES: dict[str, Case] = {
     "empty anchor": (
         "pairs.jsonl",
         lambda: _rows(1) + '{"anchor": "", "positive": "y"}\n',
-        [],
+        ["--on-bad-row", "error"],
         "pairs.jsonl:2:",
         ["'anchor'", "empty"],
     ),
     "whitespace positive": (
         "pairs.jsonl",
         lambda: _rows(4) + '{"anchor": "x", "positive": " \\t "}\n',
-        [],
+        ["--on-bad-row", "error"],
         "pairs.jsonl:5:",
         ["'positive'", "empty"],
     ),
     "whitespace positive in CSV": (
         "pairs.csv",
         lambda: "anchor,positive\na,b\nc,   \n",
-        [],
+        ["--on-bad-row", "error"],
         "pairs.csv:3:",
         ["'positive'", "empty"],
     ),
@@ -393,3 +393,97 @@ def test_duplicate_ids_in_parquet_are_located_by_row() -> None:
     frame = pl.DataFrame({"id": ["a", "b", "a"], "anchor": ["x", "y", "z"], "positive": ["p", "q", "r"]})
     _write(Path("pairs.parquet"), _parquet(frame))
     _assert_usage_error(scan("pairs.parquet"), "pairs.parquet: row 3:", "pairs.parquet: row 1")
+
+
+class TestEmptyTextsByDefault:
+    """A row whose text is empty after normalisation (a question that is only "?") is skipped and reported
+    by default, with its line, and the audit goes on; --on-bad-row error stops at it; other bad rows still
+    stop the default run."""
+
+    @pytest.mark.parametrize(
+        ("name", "content", "where"),
+        [
+            ("pairs.jsonl", _rows(3) + '{"anchor": "?", "positive": "y"}\n' + _rows(2), "pairs.jsonl:4"),
+            ("pairs.jsonl", _rows(2) + '{"anchor": "x", "positive": " "}\n', "pairs.jsonl:3"),
+            (
+                "pairs.jsonl",
+                '{"query": "q", "pos": ["fine", "..."]}\n' + '{"query": "r", "pos": ["ok"]}\n',
+                "pairs.jsonl:1",
+            ),
+            ("pairs.csv", "anchor,positive\na,b\n!!!,d\ne,f\n", "pairs.csv:3"),
+        ],
+    )
+    def test_skipped_and_reported(self, tmp_path: Path, name: str, content: str, where: str) -> None:
+        _write(tmp_path / name, content)
+        result = RUNNER.invoke(app, ["scan", name, "--format", "json", *LEXICAL])
+        assert result.exit_code == 0, result.output
+        report = json.loads(result.stdout)
+        assert report["counts"]["skipped_rows"] == 1
+        assert [s["location"] for s in report["input"]["skipped"]] == [where]
+        assert any("1 row skipped" in w and where in w for w in report["warnings"])
+        assert "1 row skipped" in result.stderr
+        strict = scan(name, "--on-bad-row", "error")
+        assert strict.exit_code == 2 and f"{where}:" in strict.stderr
+
+    def test_other_bad_rows_still_stop_the_default(self, tmp_path: Path) -> None:
+        _write(tmp_path / "p.jsonl", _rows(1) + '{"anchor": "?", "positive": "y"}\n{"anchor": null, "positive": "z"}\n')
+        result = scan("p.jsonl")
+        assert result.exit_code == 2 and "p.jsonl:3:" in result.stderr and "null" in result.stderr
+
+    def test_a_manifest_of_data_with_empty_rows_trains_on_the_same_rows(self, tmp_path: Path) -> None:
+        from contrast_audit.plan.manifest import read_manifest
+        from contrast_audit.train.data import manifest_dataset
+
+        _write(tmp_path / "p.jsonl", _rows(6) + '{"anchor": "?", "positive": "y"}\n')
+        made = RUNNER.invoke(app, ["manifest", "p.jsonl", "--out", "m.jsonl", "-q", *LEXICAL, "--batch-size", "2"])
+        assert made.exit_code == 0, made.output
+        assert manifest_dataset("p.jsonl", read_manifest("m.jsonl")).rows.height == 6
+
+
+class TestMessagesPointTheRightWay:
+    """Each of these used to blame the wrong thing ("is a directory", "file not found", Parquet, "not valid
+    JSON"); now the message names what is wrong."""
+
+    def test_empty_file_name(self, tmp_path: Path) -> None:
+        result = scan("")
+        assert result.exit_code == 2 and "empty file name" in result.stderr and "directory" not in result.stderr
+
+    def test_symlink_loop(self, tmp_path: Path) -> None:
+        (tmp_path / "loop.jsonl").symlink_to(tmp_path / "loop.jsonl")
+        result = scan("loop.jsonl")
+        assert result.exit_code == 2 and "symbolic link that loops" in result.stderr
+
+    def test_dangling_symlink(self, tmp_path: Path) -> None:
+        (tmp_path / "gone.jsonl").symlink_to(tmp_path / "nowhere.jsonl")
+        result = scan("gone.jsonl")
+        assert result.exit_code == 2 and "nowhere.jsonl, which does not exist" in result.stderr
+
+    @pytest.mark.parametrize(
+        ("magic", "kind"), [(b"\x1f\x8b\x08\x00", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"PK\x03\x04", "zip")]
+    )
+    @pytest.mark.parametrize("name", ["pairs.jsonl", "pairs.csv"])
+    def test_compressed_content(self, tmp_path: Path, magic: bytes, kind: str, name: str) -> None:
+        _write(tmp_path / name, magic + b"\x00\x01binary")
+        result = scan(name)
+        assert result.exit_code == 2, result.output
+        assert f"is {kind}-compressed" in result.stderr and "Parquet" not in result.stderr
+
+    def test_gzip_of_real_data(self, tmp_path: Path) -> None:
+        import gzip
+
+        _write(tmp_path / "pairs.jsonl", gzip.compress(_rows(3).encode()))
+        result = scan("pairs.jsonl")
+        assert result.exit_code == 2 and "gzip -dc pairs.jsonl | contrast-audit scan -" in result.stderr
+
+    @pytest.mark.parametrize("name", ["pairs.json", "pairs.jsonl"])
+    def test_pretty_printed_object(self, tmp_path: Path, name: str) -> None:
+        _write(tmp_path / name, json.dumps({"anchor": "a", "positive": "b"}, indent=2) + "\n")
+        result = scan(name)
+        assert result.exit_code == 2, result.output
+        assert f"{name}:1:" in result.stderr and "spread over several lines" in result.stderr
+
+    def test_pretty_printed_array_is_read(self, tmp_path: Path) -> None:
+        rows = [{"anchor": "a", "positive": "b"}, {"anchor": "c", "positive": "d"}]
+        _write(tmp_path / "pairs.json", json.dumps(rows, indent=2))
+        result = RUNNER.invoke(app, ["scan", "pairs.json", "--format", "json", "-q", *LEXICAL])
+        assert result.exit_code == 0 and json.loads(result.stdout)["counts"]["rows"] == 2

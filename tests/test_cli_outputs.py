@@ -188,3 +188,131 @@ def test_output_naming_reference_data_is_refused(tmp_path: Path, no_scan: None) 
     for flag, target in (("--against", "old.jsonl"), ("--eval", "eval.jsonl")):
         result = scan("in.jsonl", flag, target, "--output", target)
         assert result.exit_code == 2 and "is the input file" in result.stderr, result.output
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _shell(command: str, cwd: Path) -> tuple[int, str]:
+    """Run ``contrast-audit`` as a process under ``sh -c`` (so redirections like ``>&-`` apply); returns
+    the exit code and what reached stderr when stderr was left open (else "")."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    cli = f"{shlex.quote(sys.executable)} -c 'from contrast_audit.cli import main; main()'"
+    proc = subprocess.run(
+        ["sh", "-c", command.replace("CLI", cli)], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+    return proc.returncode, proc.stderr
+
+
+class TestStandardStreams:
+    """A closed or full stdout/stderr is never an internal error: a report that cannot be written is exit 2
+    saying so, lost messages are not (the exit code still tells)."""
+
+    SCAN = "CLI scan in.jsonl --no-embeddings --no-minhash"
+
+    @pytest.mark.parametrize(
+        ("redirect", "code", "needle"),
+        [
+            (">&-", 2, "standard output is closed"),
+            ("> /dev/full", 2, "writing the report to standard output failed (No space left on device)"),
+            ("--format json > /dev/full", 2, "No space left on device"),
+            ("--output r.json >&-", 0, ""),
+            ("> /dev/null 2>&-", 0, ""),
+            ("> /dev/null 2> /dev/full", 0, ""),
+            ("--fail-on 'findings>0' > /dev/null 2> /dev/full", 1, ""),
+        ],
+    )
+    def test_scan(self, tmp_path: Path, redirect: str, code: int, needle: str) -> None:
+        returned, stderr = _shell(f"{self.SCAN} {redirect}", tmp_path)
+        assert returned == code, stderr
+        assert needle in stderr and "internal error" not in stderr and "Traceback" not in stderr
+
+    def test_no_file_takes_the_closed_descriptor(self, tmp_path: Path) -> None:
+        returned, _ = _shell(f"{self.SCAN} --output r.json >&-", tmp_path)
+        assert returned == 0 and json.loads((tmp_path / "r.json").read_text())["counts"]["rows"] == 12
+
+    @pytest.mark.parametrize(
+        ("redirect", "needle"),
+        [(">&-", "closed"), pytest.param("> /dev/full", "No space left", marks=pytest.mark.slow)],
+    )
+    def test_eval(self, tmp_path: Path, redirect: str, needle: str) -> None:
+        (tmp_path / "q.jsonl").write_text('{"_id": "q0", "text": "x"}\n')
+        (tmp_path / "c.jsonl").write_text('{"_id": "d0", "text": "x"}\n')
+        (tmp_path / "r.tsv").write_text("q0\td0\t1\n")
+        returned, stderr = _shell(
+            f"CLI eval default --queries q.jsonl --corpus c.jsonl --qrels r.tsv {redirect}", tmp_path
+        )
+        assert returned == 2 and needle in stderr and "internal error" not in stderr, stderr
+
+
+class TestTopRange:
+    @pytest.mark.parametrize("value", ["99999999999999999999999", "-1", "1000001"])
+    @pytest.mark.parametrize("command", ["scan", "negatives"])
+    def test_out_of_range_is_a_usage_error(self, command: str, value: str) -> None:
+        extra = ("--no-minhash",) if command == "negatives" else LEXICAL
+        result = RUNNER.invoke(app, [command, "in.jsonl", "--top", value, "-q", *extra])
+        assert result.exit_code == 2 and "--top" in result.output, result.output
+
+    def test_top_zero_shows_no_findings(self) -> None:
+        result = scan("in.jsonl", "--top", "0", "--format", "markdown")
+        assert result.exit_code == 0, result.output
+        assert "query 0" not in result.stdout  # the findings table lists no texts
+
+
+class TestSpecialOutputs:
+    @pytest.mark.parametrize("target", ["/dev/stdout", "/proc/self/fd/1"])
+    def test_stdout_as_a_pipe(self, tmp_path: Path, target: str) -> None:
+        returned, stderr = _shell(
+            f"CLI scan in.jsonl -q --no-embeddings --format json --output {target} | cat > got", tmp_path
+        )
+        assert returned == 0, stderr
+        assert json.loads((tmp_path / "got").read_text())["counts"]["rows"] == 12
+
+    def test_stderr_as_a_pipe(self, tmp_path: Path) -> None:
+        returned, _ = _shell(
+            "CLI scan in.jsonl -q --no-embeddings --format json --output /dev/stderr 2>&1 | cat > got", tmp_path
+        )
+        assert returned == 0
+        assert json.loads((tmp_path / "got").read_text())["counts"]["rows"] == 12
+
+
+class TestHelpText:
+    """--help shows bracketed text as written (it was read as Rich markup and vanished)."""
+
+    @staticmethod
+    def _rendered(command: str) -> str:
+        result = RUNNER.invoke(app, [command, "--help"], terminal_width=400, env={"COLUMNS": "400"})
+        assert result.exit_code == 0, result.output
+        return re.sub(r"\s+", " ", result.output.replace("│", " "))
+
+    @pytest.mark.parametrize("command", ["scan", "negatives", "manifest", "train", "eval", "init"])
+    def test_every_bracket_is_shown(self, command: str) -> None:
+        import typer.main
+
+        shown = self._rendered(command)
+        click_command = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
+        brackets = [
+            part
+            for param in click_command.params
+            for part in re.findall(r"[\[{][^\]}]*[\]}]", (getattr(param, "help", None) or "").replace("\\[", "["))
+        ]
+        assert brackets or command in ("train", "eval", "init")
+        missing = [part for part in brackets if part not in shown]
+        assert not missing, missing
+
+    def test_the_reported_losses(self) -> None:
+        shown = self._rendered("scan")
+        assert '{"rows": [id, ...]}' in shown and "unless [tool.contrast-audit.against] names" in shown
+        assert "[default: 32]" in shown
+
+    def test_fail_on_lists_every_metric(self) -> None:
+        from contrast_audit.api import AuditResult
+
+        shown = self._rendered("scan")
+        fail_on = shown[shown.index("--fail-on") : shown.index("--baseline")]
+        assert not [m for m in AuditResult.METRICS if m not in fail_on]

@@ -96,3 +96,74 @@ def test_check_setting_accepts_good_values() -> None:
     assert check_setting("unknown-to-the-table", object, "x") is object
     cfg = build_config({"batch_size": 8, "seed": 0, "positive_threshold": 1})
     assert cfg.plan.batch_size == 8 and cfg.embedding.positive_threshold == 1.0
+
+
+def _scan_with(tmp_path: Path, name: str, content: str | bytes):
+    data = content.encode("utf-8") if isinstance(content, str) else content
+    (tmp_path / name).write_bytes(data)
+    return RUNNER.invoke(app, ["scan", "p.jsonl", "--quiet", "--format", "json", *LEXICAL])
+
+
+class TestSettingsOfTheWrongShape:
+    @pytest.mark.parametrize(
+        ("name", "content", "needle"),
+        [
+            ("pyproject.toml", 'tool = "x"\n', "'tool' must be a table"),
+            ("pyproject.toml", "[tool]\ncontrast-audit = 5\n", "'tool.contrast-audit' must be a table"),
+            ("pyproject.toml", '[tool]\ncontrast-audit = ["a"]\n', "'tool.contrast-audit' must be a table"),
+            ("contrast-audit.toml", 'tool = "contrast-audit"\n', "'tool' must be a table"),
+            ("contrast-audit.toml", "[tool]\ncontrast-audit = 5\n", "'tool.contrast-audit' must be a table"),
+            ("contrast-audit.toml", "against = 5\n", "setting 'against' must be a string or a list"),
+            ("contrast-audit.toml", "[against]\nanchor = 5\n", "setting 'against.anchor' must be a string"),
+            ("contrast-audit.toml", '[eval]\npaths = {a = "b"}\n', "setting 'eval.paths' must be"),
+            ("contrast-audit.toml", "[[against]]\npaths = 'x'\n", "setting 'against' must be"),
+        ],
+    )
+    def test_exit_2_naming_the_key(self, tmp_path: Path, name: str, content: str, needle: str) -> None:
+        result = _scan_with(tmp_path, name, content)
+        assert result.exit_code == 2, result.output
+        assert f"{name}:" in result.stderr and needle in result.stderr, result.stderr
+
+    @pytest.mark.parametrize("name", ["contrast-audit.toml", "pyproject.toml"])
+    def test_a_byte_order_mark_is_not_toml(self, tmp_path: Path, name: str) -> None:
+        body = "batch-size = 2\n" if name == "contrast-audit.toml" else "[tool.contrast-audit]\nbatch-size = 2\n"
+        result = _scan_with(tmp_path, name, b"\xef\xbb\xbf" + body.encode())
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["config"]["plan"]["batch_size"] == 2
+
+
+class TestSettingsKeysAreFlagNames:
+    NOT_SETTINGS = {"top", "quiet", "config", "output", "report", "annotations", "max_annotations", "out"}
+    NOT_SETTINGS |= {"per_anchor", "only_source", "only_cohort", "help"}
+
+    @pytest.mark.parametrize("command", ["scan", "negatives", "manifest"])
+    def test_every_flag_is_a_key(self, command: str) -> None:
+        import typer.main
+
+        click_command = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
+        flags = [
+            next(o for o in p.opts if o.startswith("--"))[2:].replace("-", "_")
+            for p in click_command.params
+            if p.param_type_name == "option"
+        ]
+        keys = [f for f in flags if f not in self.NOT_SETTINGS]
+        assert "pair" in keys and not [f for f in keys if f not in _FILE_KEYS]
+
+    def test_pair_is_the_key_of_pair(self, tmp_path: Path) -> None:
+        (tmp_path / "contrast-audit.toml").write_text("pair = true\n")
+        settings, _ = load_config_file()
+        assert build_config(settings).embedding.pair_evidence is True
+
+    @pytest.mark.parametrize(
+        ("key", "suggestion"),
+        [("batchsize", "'batch-size'"), ("fail_on_", "'fail-on'"), ("pairs", "'pair'"), ("ancor", "'anchor'")],
+    )
+    def test_unknown_key_gets_a_did_you_mean(self, tmp_path: Path, key: str, suggestion: str) -> None:
+        result = _scan_with(tmp_path, "contrast-audit.toml", f"{key} = 1\n")
+        assert result.exit_code == 2, result.output
+        assert f"unknown setting '{key}'" in result.stderr and f"did you mean {suggestion}" in result.stderr
+        assert "max-memory" not in result.stderr  # no list of every key
+
+    def test_unknown_key_without_a_near_miss(self, tmp_path: Path) -> None:
+        result = _scan_with(tmp_path, "contrast-audit.toml", "zzzzzz = 1\n")
+        assert result.exit_code == 2 and "did you mean" not in result.stderr and "init" in result.stderr

@@ -62,10 +62,8 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     if callable(previous):
         previous(signum, frame)
         return
-    if signum == signal.SIGINT and previous != signal.SIG_IGN:
+    if signum == signal.SIGINT:
         raise KeyboardInterrupt
-    if previous == signal.SIG_IGN:
-        return
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 
@@ -83,7 +81,10 @@ def _install_handlers() -> None:
         return  # signal handlers can only be set from the main thread; atexit still cleans up
     for signum in (signal.SIGTERM, signal.SIGINT):
         try:
-            _PREVIOUS[signum] = signal.getsignal(signum)
+            previous = signal.getsignal(signum)
+            if previous == signal.SIG_IGN:
+                continue  # ignored (a background job of a script): it must stay ignored, and the run go on
+            _PREVIOUS[signum] = previous
             signal.signal(signum, _on_signal)
         except (ValueError, OSError):  # pragma: no cover - embedded interpreters
             pass
@@ -114,10 +115,23 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+FIFO_WAIT_S = 10.0  # how long an output FIFO may stay without a reader before it is refused
+
+
+def _temp_stem(name: str) -> str:
+    """The target's name as its temporaries carry it: whole when short, else cut and tagged with a digest,
+    so that ``.NAME.PID.XXXXXXXX.tmp`` fits the file system's limit whenever NAME does."""
+    if len(name.encode()) <= 180:
+        return name
+    import hashlib
+
+    return name.encode()[:120].decode(errors="ignore") + "~" + hashlib.sha256(name.encode()).hexdigest()[:12]
+
+
 def remove_stale_temporaries(target: Path) -> list[Path]:
     """Remove ``.NAME.PID.*.tmp`` files beside ``target`` whose process no longer runs."""
     removed: list[Path] = []
-    prefix = f".{target.name}."
+    prefix = f".{_temp_stem(target.name)}."
     try:
         entries = list(os.scandir(target.parent))
     except OSError:
@@ -188,17 +202,31 @@ class OutputTarget:
                     fix=f"write the report somewhere else, e.g. {option} report.json",
                 )
         try:
-            st = os.stat(real)
+            # The path as given first: /dev/stdout and /proc/self/fd/1 name a pipe through links that
+            # realpath cannot follow ("pipe:[123]"), but the kernel can.
+            st = os.stat(text)
         except FileNotFoundError:
             st = None
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ConfigError(
+                    f"{option} {given}: is a symbolic link that loops (it points back to itself)",
+                    fix="fix or remove the link, or choose another path",
+                ) from exc
+            if exc.errno == errno.ENAMETOOLONG:
+                raise self._too_long() from exc
             raise ConfigError(
                 f"{option} {given}: cannot be checked ({exc.strerror})", fix="choose another path"
             ) from exc
         if st is not None and not stat.S_ISREG(st.st_mode):
             # /dev/stdout, /dev/null, a FIFO, a terminal: written into, never replaced.
             self.special = True
+            self.real = Path(text)
+            if stat.S_ISFIFO(st.st_mode):
+                self._fd = self._open_fifo()
             return
+        if len(real.name.encode()) > _name_max(real.parent):
+            raise self._too_long()
         parent = real.parent
         if not parent.is_dir():
             raise ConfigError(
@@ -207,11 +235,42 @@ class OutputTarget:
         remove_stale_temporaries(real)
         self._open_temporary()
 
+    def _too_long(self) -> ConfigError:
+        name = self.real.name or self.given.name
+        return ConfigError(
+            f"{self.option} {self.given}: the file name is {len(name.encode())} bytes long, more than the "
+            f"{_name_max(self.real.parent)} this file system allows",
+            fix="choose a shorter file name",
+        )
+
+    def _open_fifo(self) -> int:
+        """Open a FIFO for writing without blocking: a FIFO that no process reads within ``FIFO_WAIT_S`` is
+        refused before the work, instead of blocking forever after it."""
+        import time
+
+        deadline = time.monotonic() + FIFO_WAIT_S
+        while True:
+            try:
+                fd = os.open(self.real, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:  # ENXIO: no reader yet
+                    raise self._write_error(exc) from exc
+                if time.monotonic() >= deadline:
+                    raise ConfigError(
+                        f"{self.option} {self.given}: is a FIFO that no process read from within {FIFO_WAIT_S:g} s",
+                        fix="start the reader first (e.g. cat FIFO &), or write to a file",
+                    ) from None
+                time.sleep(0.05)
+                continue
+            os.set_blocking(fd, True)
+            return fd
+
     def _open_temporary(self) -> None:
         _install_handlers()
         real = self.real
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.{os.getpid()}.", suffix=".tmp", dir=real.parent)
+            prefix = f".{_temp_stem(real.name)}.{os.getpid()}."
+            fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=real.parent)
         except OSError as exc:
             raise ConfigError(
                 f"{self.option} {self.given}: cannot write in {real.parent} ({exc.strerror})",
@@ -256,17 +315,17 @@ class OutputTarget:
             raise
 
     def _write_special(self, parts: Iterable[str | bytes]) -> None:
+        fd, self._fd = self._fd, None  # a FIFO was opened when it was checked
         try:
-            fd = os.open(self.real, os.O_WRONLY | os.O_APPEND)
-        except OSError as exc:
-            raise self._write_error(exc) from exc
-        try:
+            if fd is None:
+                fd = os.open(self.real, os.O_WRONLY | os.O_APPEND)
             for part in parts:
                 _write_all(fd, part)
         except OSError as exc:
             raise self._write_error(exc) from exc
         finally:
-            os.close(fd)
+            if fd is not None:
+                os.close(fd)
 
     def _write_error(self, exc: OSError) -> ConfigError:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -324,6 +383,13 @@ class OutputTarget:
     def __del__(self) -> None:
         if hasattr(self, "_tmp"):
             self.discard()
+
+
+def _name_max(directory: Path) -> int:
+    try:
+        return int(os.pathconf(directory if directory.is_dir() else "/", "PC_NAME_MAX"))
+    except (OSError, ValueError):
+        return 255
 
 
 def text_is_dir(path: str) -> bool:

@@ -18,7 +18,7 @@ import polars as pl
 
 from contrast_audit.config import ColumnMapping, NormaliseConfig
 from contrast_audit.errors import InputError
-from contrast_audit.io.readers import STDIN, STDIN_NAME, RawTable, read_raw
+from contrast_audit.io.readers import KEY, STDIN, STDIN_NAME, TEXT, TEXTS, RawTable, read_raw
 from contrast_audit.normalise import normalise_expr, nothing_left
 
 # Recognised layouts, tried in order: (name, anchor, positive candidates, negative patterns).
@@ -31,6 +31,9 @@ LAYOUTS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
 )
 OPTIONAL = {"id": ("id", "_id"), "source": ("source",), "cohort": ("cohort",), "group": ("group",)}
 SKIP_FIX = "drop the row or pass --on-bad-row skip"
+# The problems of a text that is empty, blank or nothing after normalisation: rows that real data has
+# (a question that is only "?"), skipped and reported under the default --on-bad-row skip-empty.
+EMPTY_PROBLEM = r"\bempty\b"
 
 
 @dataclass(frozen=True)
@@ -102,12 +105,18 @@ def expand_paths(patterns: list[str]) -> list[Path]:
                 )
             out.extend(files)
             continue
+        if not pattern.strip():
+            raise InputError(
+                "''", "an empty file name was given", fix="pass a file name or a glob (check the variable that held it)"
+            )
         path = Path(pattern)
         if path.is_dir():
             raise InputError(
                 pattern, "is a directory", fix=f"pass files or a glob such as '{pattern.rstrip('/')}/*.jsonl'"
             )
         if not path.exists():
+            if path.is_symlink():
+                raise _broken_link(pattern)
             raise InputError(pattern, "file not found", fix="check the path")
         out.append(path)
     if not out:
@@ -115,26 +124,40 @@ def expand_paths(patterns: list[str]) -> list[Path]:
     return out
 
 
-def repeated_files(files: list[Path]) -> list[str]:
-    """One warning per file named more than once (by path, link or hard link): its rows count twice."""
+def _broken_link(pattern: str) -> InputError:
+    """A symbolic link that loops or points to nothing."""
+    import errno
+
+    try:
+        os.stat(pattern)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return InputError(pattern, "is a symbolic link that loops (it points back to itself)", fix="fix the link")
+    return InputError(
+        pattern, f"is a symbolic link to {os.readlink(pattern)}, which does not exist", fix="fix the link"
+    )
+
+
+def distinct_files(files: list[Path]) -> tuple[list[Path], list[str]]:
+    """The files, each once, and one warning per file named more than once (by path, link or hard link):
+    it is read once, so its rows are not all exact duplicates (and repeated ids) of themselves."""
     seen: dict[tuple[int, int], str] = {}
+    kept: list[Path] = []
     warnings: list[str] = []
     for path in files:
-        if str(path) == STDIN:
-            continue
         try:
-            st = os.stat(path)
+            st = os.stat(path) if str(path) != STDIN else None
         except OSError:
-            continue
-        key = (st.st_dev, st.st_ino)
-        if key in seen:
+            st = None
+        key = (st.st_dev, st.st_ino) if st is not None else None
+        if key is not None and key in seen:
             same = "" if seen[key] == str(path) else f" (as {seen[key]})"
-            warnings.append(
-                f"{path} is given twice{same}: its rows are read twice and each is an exact duplicate of itself"
-            )
-        else:
+            warnings.append(f"{path} is given twice{same}: it is read once")
+            continue
+        if key is not None:
             seen[key] = str(path)
-    return warnings
+        kept.append(path)
+    return kept, warnings
 
 
 def resolve_mapping(path: str, columns: list[str], user: ColumnMapping) -> FileMapping:
@@ -167,11 +190,12 @@ def resolve_mapping(path: str, columns: list[str], user: ColumnMapping) -> FileM
                     negatives = tuple(c for c in columns if re.match(neg_pattern, c))
                 break
     if layout is None or anchor is None or positive is None:
-        raise InputError(
-            path,
-            f"no anchor/positive columns recognised among: {', '.join(columns)}",
-            fix="name them with --anchor COLUMN --positive COLUMN (and --negative COLUMN for hard negatives)",
-        )
+        fix = "name them with --anchor COLUMN --positive COLUMN (and --negative COLUMN for hard negatives)"
+        if len(columns) == 1 and any(c in columns[0] for c in ",\t;|"):
+            fix = "the header was read as one column: pass --delimiter with the file's separator"
+        elif Path(path).suffix.lower() in (".csv", ".tsv", ".tab"):
+            fix += "; the first line of a CSV/TSV file is its header"
+        raise InputError(path, f"no anchor/positive columns recognised among: {', '.join(columns)}", fix=fix)
     optional = {
         role: getattr(user, role) or next((c for c in names if c in present), None) for role, names in OPTIONAL.items()
     }
@@ -187,15 +211,16 @@ def _missing(path: str, name: str, columns: list[str], flag: str) -> InputError:
 def load_rows(
     patterns: list[str],
     user: ColumnMapping,
-    on_bad_row: str = "error",
+    on_bad_row: str = "skip-empty",
     normalise: NormaliseConfig | None = None,
+    delimiter: str | None = None,
 ) -> LoadResult:
     """Read, map and validate every file; concatenate into the canonical frame.
 
     A text is empty when nothing is left of it after ``normalise`` (the scan's normal form):
     whitespace, punctuation or invisible characters alone are not text.
     """
-    files = expand_paths(patterns)
+    files, warnings = distinct_files(expand_paths(patterns))
     norm = normalise or NormaliseConfig()
     frames: list[pl.DataFrame] = []
     mappings: list[FileMapping] = []
@@ -203,12 +228,13 @@ def load_rows(
     offset = 0
     for path in files:
 
-        def text_columns(columns: list[str], _path: str = str(path)) -> dict[str, bool]:
+        def column_kinds(columns: list[str], _path: str = str(path)) -> dict[str, str]:
             m = resolve_mapping(_path, columns, user)
+            keys = [c for c in (m.id, m.source, m.cohort, m.group) if c is not None]
             # Lists of texts are allowed for positives and negatives, never for the anchor.
-            return {m.positive: True, **dict.fromkeys(m.negatives, True), m.anchor: False}
+            return {**dict.fromkeys(keys, KEY), m.positive: TEXTS, **dict.fromkeys(m.negatives, TEXTS), m.anchor: TEXT}
 
-        raw = read_raw(path, on_bad_row, text_columns)
+        raw = read_raw(path, on_bad_row, column_kinds, delimiter)
         mapping = resolve_mapping(raw.path, raw.frame.columns, user)
         skipped.extend(
             BadRow(str(path), where, None, reason) if raw.lines is not None else BadRow(str(path), None, where, reason)
@@ -222,9 +248,18 @@ def load_rows(
     rows = pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0]
     rows = _check_ids(rows, on_bad_row, skipped)
     if rows.height == 0:
-        raise InputError(str(files[0]), "no valid rows left after skipping bad rows", fix="fix the input")
+        first = f" ({len(skipped)} skipped; first: {skipped[0].location()}, {skipped[0].reason})" if skipped else ""
+        raise InputError(str(files[0]), f"no valid rows left after skipping bad rows{first}", fix="fix the input")
     names = [STDIN_NAME if str(f) == STDIN else str(f) for f in files]
-    return LoadResult(rows=rows, mappings=mappings, skipped=skipped, files=names, warnings=repeated_files(files))
+    empty = [b for b in skipped if re.search(EMPTY_PROBLEM, b.reason)]
+    if empty and on_bad_row == "skip-empty":
+        n = len(empty)
+        warnings.append(
+            f"{n} row{'s' if n != 1 else ''} skipped because a text is empty or nothing but punctuation or "
+            f"invisible characters (first: {empty[0].location()}, {empty[0].reason}); the report lists each, "
+            "and --on-bad-row error stops at them instead"
+        )
+    return LoadResult(rows=rows, mappings=mappings, skipped=skipped, files=names, warnings=warnings)
 
 
 def _nothing_left(expr: pl.Expr, norm: NormaliseConfig, element: bool = False) -> pl.Expr:
@@ -272,10 +307,53 @@ def _list_problem(name: str, dtype: pl.DataType, required: bool, norm: Normalise
     return expr
 
 
+# Key columns (id, source, cohort, group) hold text or scalars, read as the text they were written as.
+
+
+def _as_text(frame: pl.DataFrame, path: str, names: list[str]) -> pl.DataFrame:
+    """Dictionary-encoded (Categorical, Enum) text columns and lists of them as plain text; a Binary
+    column as text when every value is UTF-8 (else the first value that is not is an error)."""
+    casts = []
+    for name in dict.fromkeys(names):
+        dtype = frame.schema[name]
+        inner = dtype.inner if isinstance(dtype, pl.List) else dtype
+        if isinstance(inner, (pl.Categorical, pl.Enum)):
+            casts.append(pl.col(name).cast(pl.List(pl.String) if isinstance(dtype, pl.List) else pl.String))
+        elif dtype == pl.Binary:
+            try:
+                frame = frame.with_columns(pl.col(name).cast(pl.String))
+            except pl.exceptions.PolarsError:
+                values = frame.get_column(name).to_list()
+                row = next(i for i, v in enumerate(values) if v is not None and not _utf8(v))
+                raise InputError(
+                    path,
+                    f"column '{name}' holds bytes that are not UTF-8 text",
+                    row=row + 1,
+                    fix=f"store '{name}' as UTF-8 strings (or integers for ids)",
+                ) from None
+    return frame.with_columns(casts) if casts else frame
+
+
+def _utf8(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _key_problem(name: str, dtype: pl.DataType, role: str) -> pl.Expr | None:
+    """A key column (id, source, cohort, group) of a type that has no text form."""
+    if dtype.is_numeric() or dtype.is_temporal() or dtype in (pl.String, pl.Null, pl.Boolean):
+        return None
+    return pl.lit(f"column '{name}' (the {role}) is {dtype}, not a string or number")
+
+
 def _canonical(
     raw: RawTable, m: FileMapping, offset: int, on_bad_row: str, norm: NormaliseConfig
 ) -> tuple[pl.DataFrame, list[BadRow]]:
-    frame = raw.frame
+    keys = {"id": m.id, "source": m.source, "cohort": m.cohort, "group": m.group}
+    frame = _as_text(raw.frame, raw.path, [m.anchor, m.positive, *m.negatives, *(c for c in keys.values() if c)])
     schema = frame.schema
     n = frame.height
     index = raw.index if raw.index is not None else np.arange(n, dtype=np.int64)
@@ -303,6 +381,10 @@ def _canonical(
                 if dtype == pl.String
                 else _text_problem(name, dtype, norm)
             )
+    for role, name in keys.items():
+        problem = None if name is None else _key_problem(name, schema[name], role)
+        if problem is not None:
+            checks.append(problem)
     if m.id is not None:
         checks.append(pl.when(pl.col(m.id).is_null()).then(pl.lit(f"column '{m.id}' (the id) is null")))
 
@@ -311,11 +393,18 @@ def _canonical(
     bad_frame = frame.filter(pl.col("__problem").is_not_null())
     bad: list[BadRow] = []
     if bad_frame.height:
-        first = bad_frame.row(0, named=True)
-        if on_bad_row != "skip":
+        # skip-empty (the default) skips rows whose text is empty or normalises to nothing, and stops at
+        # any other bad row; error stops at every bad row; skip skips them all.
+        stopping = bad_frame
+        if on_bad_row == "skip-empty":
+            stopping = bad_frame.filter(~pl.col("__problem").str.contains(EMPTY_PROBLEM))
+        first = stopping.row(0, named=True) if stopping.height else None
+        if first is not None and on_bad_row != "skip":
             loc = {"line": first["__where"]} if raw.lines is not None else {"row": first["__where"]}
             fix = SKIP_FIX
-            if "not text" in first["__problem"] or "is a list" in first["__problem"]:
+            if "not a string or number" in first["__problem"]:
+                fix = "store the column as strings or integers, map another with --id/--source/--cohort/--group, or pass --on-bad-row skip"
+            elif "not text" in first["__problem"] or "is a list" in first["__problem"]:
                 fix = "map a text column with --anchor/--positive/--negative, or pass --on-bad-row skip"
             raise InputError(raw.path, first["__problem"], **loc, fix=fix)
         lines_col = bad_frame.get_column("__where").to_list()

@@ -46,6 +46,17 @@ FAST_JSON_MAX_BRACKETS = 256  # how long a FIFO may stay without a writer before
 # A \uD800-\uDFFF escape: half of a UTF-16 surrogate pair, valid JSON only as a pair.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
+# What a column's JSON values must be, as ``json_types`` names them: one text, a text or a list of texts
+# (positives, negatives), or a key (id, source, cohort, group: a string, number or boolean, kept as written).
+TEXT = "text"
+TEXTS = "texts"
+KEY = "key"
+ColumnKinds = Callable[[list[str]], dict[str, str]]
+
+
+class _Number(str):
+    """A JSON number kept as the digits written (ids beyond int64 or float precision stay exact)."""
+
 
 @dataclass
 class RawTable:
@@ -108,12 +119,11 @@ def file_kind(path: Path) -> str:
     return kind
 
 
-def read_raw(path: Path, on_bad_row: str, json_types: Callable[[list[str]], dict[str, bool]]) -> RawTable:
+def read_raw(path: Path, on_bad_row: str, json_types: ColumnKinds, delimiter: str | None = None) -> RawTable:
     """Read one file into a ``RawTable``.
 
-    ``json_types`` maps a file's column names to the names whose values must be text, each with
-    whether a list of texts is allowed too; JSON values of any other type in those columns are
-    reported with their line.
+    ``json_types`` maps a file's column names to the kind of value each mapped column must hold (``TEXT``,
+    ``TEXTS`` or ``KEY``); JSON values of any other type in those columns are reported with their line.
     """
     stream = _is_stream(path)
     data = _read_bytes(path)
@@ -131,7 +141,7 @@ def read_raw(path: Path, on_bad_row: str, json_types: Callable[[list[str]], dict
         text = text.replace("\r", "\n")  # classic Mac line endings: CR alone ends a line
     if kind == "jsonl":
         return _read_jsonl(path, text, on_bad_row, json_types)
-    return _read_delimited(path, text, "\t" if kind == "tsv" else ",", kind, on_bad_row)
+    return _read_delimited(path, text, kind, on_bad_row, delimiter)
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -144,15 +154,43 @@ def _read_bytes(path: Path) -> bytes:
                 "standard input is a terminal, not data",
                 fix="pipe the data in: ... | contrast-audit scan -",
             )
+        try:
+            mode = os.fstat(sys.stdin.fileno()).st_mode
+        except (OSError, ValueError, io.UnsupportedOperation):
+            mode = stat.S_IFIFO  # a stream without a descriptor (tests, embedding): read as given
+        _refuse_device(STDIN_NAME, mode)
         return sys.stdin.buffer.read()
     try:
-        if path.is_fifo():
+        mode = path.stat().st_mode
+        if stat.S_ISFIFO(mode):
             return _read_fifo(path)
+        _refuse_device(str(path), mode)
         return path.read_bytes()
     except OSError as exc:
         raise InputError(
             str(path), f"cannot be read ({exc.strerror})", fix="check the path and its permissions"
         ) from exc
+
+
+def _refuse_device(name: str, mode: int) -> None:
+    """Only regular files, FIFOs and pipes are data: a device (``/dev/zero``, ``/dev/urandom``) or a socket
+    never ends, and reading one would run until memory runs out."""
+    if stat.S_ISREG(mode) or stat.S_ISFIFO(mode):
+        return
+    kind = (
+        "a character device"
+        if stat.S_ISCHR(mode)
+        else "a block device"
+        if stat.S_ISBLK(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "not a regular file"
+    )
+    raise InputError(
+        name,
+        f"is {kind}, not a data file: reading it might never end",
+        fix="pass a file, or pipe the data in (... | contrast-audit scan -)",
+    )
 
 
 def _read_fifo(path: Path) -> bytes:
@@ -175,7 +213,24 @@ def _read_fifo(path: Path) -> bytes:
         os.close(fd)
 
 
+# Compressed files by their magic bytes: (magic, name, the command that decompresses one to stdout).
+COMPRESSED = (
+    (b"\x1f\x8b", "gzip", "gzip -dc"),
+    (b"\x28\xb5\x2f\xfd", "zstd", "zstd -dc"),
+    (b"BZh", "bzip2", "bzip2 -dc"),
+    (b"\xfd7zXZ\x00", "xz", "xz -dc"),
+    (b"PK\x03\x04", "zip", "unzip -p"),
+)
+
+
 def _decode(path: Path, data: bytes) -> str:
+    for magic, name, command in COMPRESSED:
+        if data.startswith(magic) and (name != "bzip2" or data[3:4].isdigit()):
+            raise InputError(
+                str(path),
+                f"is {name}-compressed, not text",
+                fix=f"decompress it first, or pipe it in: {command} {path} | contrast-audit scan -",
+            )
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise InputError(
             str(path),
@@ -205,6 +260,9 @@ def _decode(path: Path, data: bytes) -> str:
         ) from exc
 
 
+decode_text = _decode  # for other readers of UTF-8 text files (eval's BEIR files)
+
+
 def _split_lines(text: str) -> tuple[list[str], np.ndarray]:
     """Non-blank lines (CRLF and CR-less endings accepted) and their 1-based line numbers."""
     series = pl.Series("line", text.split("\n"), dtype=pl.String).str.strip_suffix("\r")
@@ -213,7 +271,7 @@ def _split_lines(text: str) -> tuple[list[str], np.ndarray]:
     return kept.get_column("line").to_list(), kept.get_column("no").to_numpy().astype(np.int64)
 
 
-def _read_jsonl(path: Path, text: str, on_bad_row: str, json_types: Callable[[list[str]], dict[str, bool]]) -> RawTable:
+def _read_jsonl(path: Path, text: str, on_bad_row: str, json_types: ColumnKinds) -> RawTable:
     import pyarrow as pa
     import pyarrow.json as pj
 
@@ -221,6 +279,14 @@ def _read_jsonl(path: Path, text: str, on_bad_row: str, json_types: Callable[[li
     stripped = text.lstrip()
     if path.suffix.lower() in (".json", "") and stripped.startswith("["):
         return _read_json_array(path, stripped, on_bad_row, json_types)
+    if stripped.startswith("{") and lines and _spread_over_lines(lines[0], stripped):
+        raise InputError(
+            str(path),
+            "holds a JSON object spread over several lines; each line must hold one whole object (JSON Lines), "
+            "or the file one array of objects",
+            line=int(numbers[0]),
+            fix="write one object per line (jq -c . FILE > FILE.jsonl), or wrap the objects in [ ... ] in a .json file",
+        )
     try:
         brackets = pl.Series("l", lines, dtype=pl.String).str.count_matches(r"[\[{]").max() if lines else 0
         if brackets is None or int(brackets) > FAST_JSON_MAX_BRACKETS:  # type: ignore[arg-type]
@@ -240,6 +306,21 @@ def _read_jsonl(path: Path, text: str, on_bad_row: str, json_types: Callable[[li
     return _read_jsonl_slow(path, lines, numbers, on_bad_row, json_types)
 
 
+def _spread_over_lines(first: str, text: str) -> bool:
+    """Whether the first line is not JSON on its own but opens an object that a later line closes
+    (pretty-printed JSON, which JSON Lines cannot be)."""
+    try:
+        json.loads(first)
+        return False
+    except (ValueError, RecursionError):
+        pass
+    try:
+        value, end = json.JSONDecoder().raw_decode(text)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(value, dict) and "\n" in text[:end]
+
+
 class _JSONProblem(Exception):
     """Valid JSON syntax that still cannot be read: nesting too deep, a lone surrogate."""
 
@@ -254,7 +335,7 @@ def _loads(text: str) -> object:
     """``json.loads`` that reports nesting too deep for Python and lone UTF-16 surrogates
     (``"\\ud800"``, which no UTF-8 output can hold) as ``_JSONProblem``."""
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_int=_Number, parse_float=_Number)
     except RecursionError:
         raise _JSONProblem(
             "nests arrays or objects too deeply to read", "flatten the value; texts must be strings"
@@ -268,6 +349,17 @@ def _loads(text: str) -> object:
             "write the character as a valid surrogate pair or drop it, or pass --on-bad-row skip",
             line,
         )
+    return value
+
+
+def _plain(value: object) -> object:
+    """``value`` with JSON numbers as Python numbers again (for a column that is not mapped)."""
+    if isinstance(value, _Number):
+        return int(value) if value.lstrip("-").isdigit() and len(value) < 4000 else float(value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
     return value
 
 
@@ -296,14 +388,18 @@ def _lone_surrogate_at(text: str) -> int:
     return matches[0].start() if matches else 0
 
 
-def _json_types_ok(frame: pl.DataFrame, text_columns: dict[str, bool]) -> bool:
-    for name, lists in text_columns.items():
+def _json_types_ok(frame: pl.DataFrame, kinds: dict[str, str]) -> bool:
+    """Whether Arrow read every mapped column as its kind allows, exactly: keys only as text or int64
+    (a number Arrow read as a float may have lost digits; the line-by-line reader keeps them)."""
+    for name, kind in kinds.items():
         if name not in frame.columns:
             continue
         dtype = frame.schema[name]
         if dtype == pl.Null or dtype == pl.String:
             continue
-        if lists and (dtype == pl.List(pl.String) or dtype == pl.List(pl.Null)):
+        if kind == TEXTS and (dtype == pl.List(pl.String) or dtype == pl.List(pl.Null)):
+            continue
+        if kind == KEY and dtype == pl.Int64:
             continue
         return False
     return True
@@ -314,7 +410,7 @@ def _read_jsonl_slow(
     lines: list[str],
     numbers: np.ndarray,
     on_bad_row: str,
-    json_types: Callable[[list[str]], dict[str, bool]],
+    json_types: ColumnKinds,
 ) -> RawTable:
     """Line-by-line parsing, used only when the fast reader refuses the file: it finds the exact
     line and reason, and under ``--on-bad-row skip`` keeps every good line."""
@@ -353,12 +449,12 @@ def _read_jsonl_slow(
     if not records:
         raise InputError(str(path), "no valid rows", fix="check the file's format")
     columns = list(dict.fromkeys(key for record in records for key in record))
-    text_columns = json_types(columns)
-    good = _check_types(path, records, kept, text_columns, on_bad_row, skipped, by_row=False)
+    kinds = json_types(columns)
+    good = _check_types(path, records, kept, kinds, on_bad_row, skipped, by_row=False)
     records = [r for r, ok in zip(records, good, strict=True) if ok]
     numbers_kept = np.asarray(kept, dtype=np.int64)[good]
     frame = pl.DataFrame(
-        {name: _column(records, name, name in text_columns) for name in columns},
+        {name: _column(records, name, kinds.get(name)) for name in columns},
         strict=False,
     )
     index = np.asarray(positions, dtype=np.int64)[good]
@@ -369,43 +465,59 @@ def _check_types(
     path: Path,
     records: list[dict],
     where: list[int],
-    text_columns: dict[str, bool],
+    kinds: dict[str, str],
     on_bad_row: str,
     skipped: list[tuple[int, str]],
     by_row: bool,
 ) -> np.ndarray:
-    """Which records hold text (or, where allowed, lists of text) in every text column."""
+    """Which records hold the kind of value each mapped column needs: text (or, where allowed, lists of
+    text), or for a key column a string, number or boolean."""
     good = np.ones(len(records), dtype=bool)
     for index, record in enumerate(records):
-        for name, lists in text_columns.items():
+        for name, kind in kinds.items():
             value = record.get(name)
-            if value is None or isinstance(value, str):
+            if value is None or (isinstance(value, str) and not isinstance(value, _Number)):
                 continue
-            if lists and isinstance(value, list) and all(isinstance(v, str) or v is None for v in value):
+            if kind == KEY and isinstance(value, (_Number, bool)):
                 continue
-            reason = f"column '{name}' is a JSON {_json_type(value)}, not text"
-            fix = "make the value a string or pass --on-bad-row skip"
+            if kind == TEXTS and isinstance(value, list) and all(_is_text(v) or v is None for v in value):
+                continue
+            if kind == KEY:
+                reason = f"column '{name}' is a JSON {_json_type(value)}, not a string or number"
+                fix = f"write '{name}' as a string or number, or pass --on-bad-row skip"
+            else:
+                reason = f"column '{name}' is a JSON {_json_type(value)}, not text"
+                fix = "make the value a string or pass --on-bad-row skip"
             _bad(path, where[index], reason, on_bad_row, skipped, fix, by_row=by_row)
             good[index] = False
             break
     return good
 
 
-def _column(records: list[dict], name: str, text: bool) -> pl.Series:
+def _is_text(value: object) -> bool:
+    return isinstance(value, str) and not isinstance(value, _Number)
+
+
+def _column(records: list[dict], name: str, kind: str | None) -> pl.Series:
     values = [record.get(name) for record in records]
-    if text:
+    if kind in (TEXT, TEXTS):
         if any(isinstance(v, list) for v in values):
             return pl.Series(
                 name, [v if isinstance(v, list) or v is None else [v] for v in values], dtype=pl.List(pl.String)
             )
         return pl.Series(name, values, dtype=pl.String)
-    if all(v is None or isinstance(v, (str, int, float, bool)) for v in values):
-        return pl.Series(name, [None if v is None else str(v) for v in values], dtype=pl.String)
-    return pl.Series(name, [None if v is None else json.dumps(v) for v in values], dtype=pl.String)
+    if all(v is None or isinstance(v, (str, bool)) for v in values):
+        # Numbers as written (_Number is a str); booleans as JSON writes them.
+        return pl.Series(
+            name,
+            [None if v is None else ("true" if v else "false") if v is True or v is False else str(v) for v in values],
+            dtype=pl.String,
+        )
+    return pl.Series(name, [None if v is None else json.dumps(_plain(v)) for v in values], dtype=pl.String)
 
 
 def _json_type(value: object) -> str:
-    return {bool: "boolean", int: "number", float: "number", list: "array", dict: "object"}.get(
+    return {bool: "boolean", int: "number", float: "number", _Number: "number", list: "array", dict: "object"}.get(
         type(value), type(value).__name__
     )
 
@@ -418,9 +530,7 @@ def _bad(
     skipped.append((line, reason))
 
 
-def _read_json_array(
-    path: Path, text: str, on_bad_row: str, json_types: Callable[[list[str]], dict[str, bool]]
-) -> RawTable:
+def _read_json_array(path: Path, text: str, on_bad_row: str, json_types: ColumnKinds) -> RawTable:
     try:
         value = _loads(text)
     except _JSONProblem as problem:
@@ -438,16 +548,64 @@ def _read_json_array(
     if not value:
         raise InputError(str(path), "file is empty", fix="pass a file with at least one row")
     columns = list(dict.fromkeys(key for record in value for key in record))
-    text_columns = json_types(columns)
+    kinds = json_types(columns)
     skipped: list[tuple[int, str]] = []
-    good = _check_types(path, value, list(range(1, len(value) + 1)), text_columns, on_bad_row, skipped, by_row=True)
+    good = _check_types(path, value, list(range(1, len(value) + 1)), kinds, on_bad_row, skipped, by_row=True)
     records = [r for r, ok in zip(value, good, strict=True) if ok]
-    frame = pl.DataFrame({name: _column(records, name, name in text_columns) for name in columns}, strict=False)
+    frame = pl.DataFrame({name: _column(records, name, kinds.get(name)) for name in columns}, strict=False)
     return RawTable(str(path), "jsonl", frame, None, skipped, np.flatnonzero(good).astype(np.int64))
 
 
-def _read_delimited(path: Path, text: str, sep: str, kind: str, on_bad_row: str) -> RawTable:
+SEPARATORS = {",": "','", "\t": "tab", ";": "';'", "|": "'|'"}  # the separators detected, as messages name them
+
+
+def parse_delimiter(value: str) -> str:
+    """``--delimiter``: one character, or ``tab`` / ``\\t`` for a tab."""
+    text = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";", "pipe": "|"}.get(value.strip().lower(), value)
+    if len(text) != 1 or text in '\r\n"':
+        raise InputError(
+            "--delimiter",
+            f"{value!r} is not one separator character",
+            fix="pass one character such as ',' ';' '|', or tab",
+        )
+    return text
+
+
+def _choose_separator(text: str, kind: str, given: str | None) -> tuple[str, str]:
+    """The separator of a CSV/TSV text and why: ``--delimiter``, else the extension's (comma for CSV, tab
+    for TSV) unless the header line lacks it and csv.Sniffer finds another of , tab ; | consistent over
+    the first lines (a semicolon CSV, a TSV named .csv)."""
+    if given is not None:
+        return given, "--delimiter"
+    default = "\t" if kind == "tsv" else ","
+    origin = f"the .{kind} extension" if kind in ("csv", "tsv") else "the default"
+    lines = [line for line in text.split("\n", 64)[:64] if line.strip()]
+    header = lines[0] if lines else ""
+    if default in header:
+        return default, origin
+    try:
+        sniffed = csv.Sniffer().sniff("\n".join(lines[:50]), delimiters="".join(SEPARATORS)).delimiter
+    except csv.Error:
+        return default, origin
+    if sniffed in header:
+        return sniffed, "the header line (detected)"
+    return default, origin
+
+
+def _separator_note(sep: str, origin: str, header: str) -> str:
+    """``separator ',' (from the .csv extension)``, and which other separator the header holds, if one."""
+    note = f"separator {SEPARATORS.get(sep, repr(sep))}, from {origin}"
+    others = [SEPARATORS[c] for c in SEPARATORS if c != sep and c in header]
+    if others:
+        note += f"; the header also holds {' and '.join(others)}"
+    return note
+
+
+def _read_delimited(path: Path, text: str, kind: str, on_bad_row: str, delimiter: str | None = None) -> RawTable:
     first = text.lstrip().split("\n", 1)[0]
+    sep, origin = _choose_separator(text, kind, delimiter)
+    note = _separator_note(sep, origin, first)
+    other = "pass --delimiter with the file's separator" if origin != "--delimiter" else "check --delimiter"
     if first.startswith("{") or first.startswith("["):
         raise InputError(
             str(path),
@@ -464,7 +622,10 @@ def _read_delimited(path: Path, text: str, sep: str, kind: str, on_bad_row: str)
         raise InputError(str(path), "file is empty", fix="pass a file with a header and at least one row") from None
     except csv.Error as exc:
         raise InputError(
-            str(path), f"is not valid {kind.upper()} ({exc})", line=reader.line_num or 1, fix="check the quoting"
+            str(path),
+            f"is not valid {kind.upper()} ({exc}; {note})",
+            line=reader.line_num or 1,
+            fix=f"check the quoting, or {other}",
         ) from exc
     header_line = reader.line_num
     duplicates = sorted({h for h in header if header.count(h) > 1})
@@ -487,8 +648,8 @@ def _read_delimited(path: Path, text: str, sep: str, kind: str, on_bad_row: str)
             if not record or (len(record) == 1 and not record[0].strip()):
                 continue
             if len(record) != width:
-                reason = f"has {len(record)} fields, the header has {width}"
-                fix = "quote fields that contain the separator, or pass --on-bad-row skip"
+                reason = f"has {len(record)} fields, the header has {width} ({note})"
+                fix = f"quote fields that contain the separator, {other}, or pass --on-bad-row skip"
                 _bad(path, reader.line_num, reason, on_bad_row, skipped, fix)
                 continue
             rows.append(record)
@@ -496,7 +657,10 @@ def _read_delimited(path: Path, text: str, sep: str, kind: str, on_bad_row: str)
             positions.append(len(rows) + len(skipped) - 1)
     except csv.Error as exc:
         raise InputError(
-            str(path), f"is not valid {kind.upper()} ({exc})", line=end + 1, fix="check the quoting"
+            str(path),
+            f"is not valid {kind.upper()} ({exc}; {note})",
+            line=end + 1,
+            fix=f"check the quoting, or {other}",
         ) from exc
     if not rows:
         raise InputError(str(path), "has a header but no rows", line=header_line, fix="add rows or drop the file")

@@ -28,6 +28,74 @@ STRATEGIES = ("mask", "group", "multi-positive")
 
 Entry = tuple[int, int, str]
 
+_INT64 = 2**63 - 1
+_NAME = {"type": ["string", "null"]}
+_FILE_MAPPING = {
+    "type": "object",
+    "properties": {
+        **dict.fromkeys(("file", "layout", "anchor", "positive", "id", "source", "cohort", "group"), _NAME),
+        "negatives": {"type": "array", "items": {"type": "string"}},
+    },
+}
+# The header line, as JSON Schema (draft 2020-12): what a reader relies on is required and typed, with
+# the ranges the settings allow. A manifest is input: a tampered one is refused with the key and line.
+HEADER_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "contrast-audit manifest header, schema version 1",
+    "type": "object",
+    "required": ["kind", "schema_version", "strategy", "fingerprint", "plan", "loss"],
+    "properties": {
+        "kind": {"const": KIND},
+        "schema_version": {"const": SCHEMA_VERSION},
+        "strategy": {"enum": list(STRATEGIES)},
+        "mask_severity": {"enum": ["certain", "likely", "suspect", None]},
+        "fingerprint": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
+        "rows": {"type": ["integer", "null"], "minimum": 0, "maximum": _INT64},
+        "files": {"type": "array", "items": {"type": "string"}},
+        "mapping": {
+            "anyOf": [
+                {"type": "array", "items": _FILE_MAPPING},
+                {
+                    "type": "object",
+                    "properties": {"files": {"type": "array", "items": _FILE_MAPPING}},
+                },
+            ]
+        },
+        "plan": {
+            "type": "object",
+            "required": ["epochs", "world_size"],
+            "properties": {
+                # Informational (the trainer replays the batches): typed when present, null allowed.
+                "source": {"type": ["string", "null"]},
+                "sampler": {"type": ["string", "null"]},
+                "batch_size": {"type": ["integer", "null"], "minimum": 1, "maximum": 2**31 - 1},
+                "seed": {"type": ["integer", "null"], "minimum": 0, "maximum": _INT64},
+                "drop_last": {"type": ["boolean", "null"]},
+                # What readers act on: required and bounded.
+                "epochs": {"type": "integer", "minimum": 1, "maximum": 100_000},
+                "world_size": {"type": "integer", "minimum": 1, "maximum": 1_000_000},
+            },
+        },
+        "loss": {
+            "type": "object",
+            "required": ["directions"],
+            "properties": {
+                "directions": {
+                    "type": "array",
+                    "minItems": 1,
+                    "uniqueItems": True,
+                    "items": {"enum": list(DIRECTIONS)},
+                    "contains": {"const": "query_to_doc"},
+                }
+            },
+        },
+        "config": {"type": "object"},
+        "counts": {"type": "object"},
+        "detectors": {"type": "object"},
+        "tool": {"type": "object"},
+    },
+}
+
 
 def default_role(direction: str) -> str:
     """The candidate role an entry of ``direction`` means when it names none."""
@@ -148,21 +216,69 @@ def read_manifest(path: str | Path) -> Manifest:
 
 
 def _check_header(path: str, line: int, header: dict[str, Any]) -> None:
+    """Refuse a header that does not follow ``HEADER_SCHEMA``, naming the key and what it should be."""
+    import jsonschema
+
     version = header.get("schema_version")
     if version != SCHEMA_VERSION:
         raise InputError(
             path,
-            f"manifest schema version {version!r} is not supported (this contrast-audit reads {SCHEMA_VERSION!r})",
+            f"manifest schema version {_shown(version)} is not supported (this contrast-audit reads {SCHEMA_VERSION!r})",
             line=line,
             fix="regenerate the manifest with this version of contrast-audit",
         )
-    for key in ("strategy", "fingerprint", "plan", "loss"):
-        if key not in header:
-            raise InputError(path, f"manifest header lacks '{key}'", line=line, fix="regenerate the manifest")
-    if header["strategy"] not in STRATEGIES:
-        raise InputError(
-            path, f"unknown strategy {header['strategy']!r}", line=line, fix=f"one of {', '.join(STRATEGIES)}"
-        )
+    validator = jsonschema.Draft202012Validator(HEADER_SCHEMA)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(header))
+    if error is None:
+        return
+    key = ".".join(str(part) for part in error.absolute_path) or "(the header)"
+    if error.validator == "required":
+        missing = next((k for k in error.validator_value if k not in error.instance), "?")
+        key = f"{key}.{missing}" if error.absolute_path else missing
+        problem = "is missing"
+    elif error.validator == "type":
+        problem = f"is {_json_kind(error.instance)}, not {_kinds(error.validator_value)}"
+    elif error.validator in ("minimum", "maximum"):
+        problem = f"is {_shown(error.instance)}, outside [{_range(error.schema)}]"
+    elif error.validator in ("enum", "const"):
+        allowed = error.validator_value if error.validator == "enum" else [error.validator_value]
+        problem = f"is {_shown(error.instance)}, not one of {', '.join(map(str, allowed))}"
+    elif error.validator == "anyOf":
+        problem = f"is {_json_kind(error.instance)}, not an array of file mappings"
+    elif error.validator == "contains":
+        problem = "lacks query_to_doc (MultipleNegativesRankingLoss always scores it)"
+    else:
+        problem = f"is invalid ({_clip(error.message)})"
+    raise InputError(path, f"manifest header key '{key}' {problem}", line=line, fix="regenerate the manifest")
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    return {dict: "an object", list: "an array", str: "a string", int: "an integer", float: "a number"}.get(
+        type(value), "null"
+    )
+
+
+def _kinds(kind: str | list[str]) -> str:
+    names = {"object": "an object", "array": "an array", "string": "a string", "integer": "an integer"}
+    return " or ".join(names.get(k, k) for k in ([kind] if isinstance(kind, str) else kind))
+
+
+def _range(schema: dict[str, Any]) -> str:
+    return f"{schema.get('minimum', '')}, {schema.get('maximum', '')}"
+
+
+def _shown(value: Any) -> str:
+    return _clip(
+        repr(value)
+        if not isinstance(value, int) or abs(value) < 10**15
+        else f"an integer of {len(str(abs(value)))} digits"
+    )
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _parse_batch(path: str, line: int, record: Any, header: dict[str, Any]) -> ManifestBatch:
@@ -175,12 +291,12 @@ def _parse_batch(path: str, line: int, record: Any, header: dict[str, Any]) -> M
     if len(set(rows)) != len(rows):
         raise bad("a row id appears twice in one batch")
     ranks = record.get("ranks", [len(rows)])
-    if not isinstance(ranks, list) or not all(isinstance(r, int) and r >= 0 for r in ranks) or sum(ranks) != len(rows):
+    if not isinstance(ranks, list) or not all(_is_int(r, len(rows)) for r in ranks) or sum(ranks) != len(rows):
         raise bad("'ranks' must be non-negative sizes that add up to the batch's rows")
     epoch = record.get("epoch", 0)
     batch = record.get("batch", 0)
-    if not isinstance(epoch, int) or epoch < 0 or not isinstance(batch, int):
-        raise bad("'batch' and 'epoch' must be non-negative integers")
+    if not _is_int(epoch, int(header["plan"]["epochs"]) - 1) or not _is_int(batch, _INT64):
+        raise bad("'batch' and 'epoch' must be non-negative integers, 'epoch' below the header's plan.epochs")
     relations: dict[str, dict[str, list[Entry]]] = {}
     for key in ("mask", "positives"):
         value = record.get(key, {})
@@ -197,14 +313,22 @@ def _parse_batch(path: str, line: int, record: Any, header: dict[str, Any]) -> M
                 if (
                     not isinstance(entry, list)
                     or len(entry) not in (2, 3)
-                    or not all(isinstance(x, int) and 0 <= x < len(rows) for x in entry[:2])
+                    or not all(_is_int(x, len(rows) - 1) for x in entry[:2])
                     or (len(entry) == 3 and not _valid_role(entry[2], direction))
                 ):
-                    raise bad(f"bad entry {entry!r} in '{key}.{direction}'")
+                    raise bad(
+                        f"bad entry {_clip(repr(entry))} in '{key}.{direction}': [anchor, candidate(, role)] "
+                        f"with positions in [0, {len(rows) - 1}]"
+                    )
                 out.append((entry[0], entry[1], entry[2] if len(entry) == 3 else default_role(direction)))
             parsed[direction] = out
         relations[key] = parsed
     return ManifestBatch(batch, epoch, rows, tuple(ranks), relations["mask"], relations["positives"])
+
+
+def _is_int(value: Any, high: int) -> bool:
+    """An integer (not a boolean) in [0, high]."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= high
 
 
 def _valid_role(role: Any, direction: str) -> bool:
@@ -228,6 +352,7 @@ def check_fingerprint(manifest: Manifest, rows: pl.DataFrame, data_label: str) -
 
 
 __all__ = [
+    "HEADER_SCHEMA",
     "KIND",
     "SCHEMA_VERSION",
     "STRATEGIES",

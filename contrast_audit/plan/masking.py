@@ -23,7 +23,7 @@ def is_manifest_file(path: str) -> bool:
             for line in handle:
                 if line.strip():
                     return is_manifest_header(json.loads(line))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, ValueError, RecursionError):  # ValueError: bad JSON, bad UTF-8, numbers too long
         return False  # the plan-file reader reports what is wrong
     return False
 

@@ -39,6 +39,10 @@ def json_records(path: str, *, what: str, fix: str) -> Iterator[tuple[int, Any]]
             raise InputError(path, f"is not valid JSON ({exc.msg})", line=number, fix=fix) from exc
         except RecursionError as exc:
             raise InputError(path, "is nested too deeply", line=number, fix=fix) from exc
+        except ValueError as exc:  # an integer beyond Python's 4,300-digit conversion limit
+            raise InputError(
+                path, "holds an integer of more than 4,300 digits, which is no row id or position", line=number, fix=fix
+            ) from exc
 
 
 def read_plan_file(path: str, ids: pl.Series) -> Plan:
@@ -72,9 +76,9 @@ def read_plan_file(path: str, ids: pl.Series) -> Plan:
                 path, f"row id {twice!r} appears twice in one batch", line=number, fix="list each row once per batch"
             )
         epoch = record.get("epoch", 0)
-        if not isinstance(epoch, int) or epoch < 0:
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or not 0 <= epoch < 100_000:
             raise InputError(
-                path, "'epoch' must be a non-negative integer", line=number, fix="fix or drop the epoch field"
+                path, "'epoch' must be an integer in [0, 99,999]", line=number, fix="fix or drop the epoch field"
             )
         batches.append(rows)
         epochs.append(epoch)

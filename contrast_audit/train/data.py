@@ -50,6 +50,15 @@ def mapping_from_manifest(manifest: Manifest, user: ColumnMapping | None = None)
     )
 
 
+def on_bad_row_of(manifest: Manifest) -> str:
+    """How the manifest's rows were loaded (bad rows skipped or not), so the trainer reads the same rows."""
+    from contrast_audit.config import ON_BAD_ROW
+
+    config = manifest.header.get("config")
+    value = config.get("on_bad_row") if isinstance(config, dict) else None
+    return value if value in ON_BAD_ROW else "error"
+
+
 def rows_dataset(rows: pl.DataFrame, data_label: str = "data") -> TrainingData:
     """A ``datasets.Dataset`` (anchor, positive, negative_k..., label = row index) from canonical rows."""
     from datasets import Dataset
@@ -84,6 +93,24 @@ def manifest_dataset(
 ) -> TrainingData:
     """Load ``data`` as the manifest was planned, refuse a fingerprint mismatch, build the dataset."""
     patterns = [data] if isinstance(data, str) else list(data)
-    loaded = load_rows(patterns, mapping_from_manifest(manifest, mapping))
+    try:
+        config = manifest.header.get("config")
+        delimiter = config.get("delimiter") if isinstance(config, dict) else None
+        loaded = load_rows(
+            patterns,
+            mapping_from_manifest(manifest, mapping),
+            on_bad_row_of(manifest),
+            delimiter=delimiter if isinstance(delimiter, str) and len(delimiter) == 1 else None,
+        )
+    except InputError as exc:
+        if "not found (columns:" not in exc.message:
+            raise
+        # The data lacks a column the manifest was planned with: other data, not a mapping mistake.
+        raise InputError(
+            manifest.path,
+            f"was planned for other data: its fingerprint is {manifest.fingerprint}, and its column mapping "
+            f"does not fit {', '.join(patterns)} ({exc.message.split(': ', 1)[-1]})",
+            fix="regenerate the manifest for this data (contrast-audit manifest DATA ...) or pass the data it was made for",
+        ) from None
     check_fingerprint(manifest, loaded.rows, ", ".join(patterns))
     return rows_dataset(loaded.rows, ", ".join(patterns))

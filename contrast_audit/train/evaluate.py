@@ -6,7 +6,6 @@ score > 0 is relevant), with the model's own similarity function and the scoring
 
 from __future__ import annotations
 
-import csv
 import json
 from typing import Any
 
@@ -15,53 +14,72 @@ from contrast_audit.errors import InputError
 METRICS = ("recall@1", "recall@5", "recall@10", "mrr@10", "ndcg@10")
 
 
-def _read_jsonl(path: str, role: str) -> dict[str, str]:
-    out: dict[str, str] = {}
+def _read_text(path: str, role: str) -> str:
+    """The file's text: UTF-8 (a byte-order mark allowed), CRLF or LF; bad bytes are located."""
+    from pathlib import Path
+
+    from contrast_audit.io.readers import decode_text
+
     try:
-        handle = open(path, encoding="utf-8")
+        data = Path(path).read_bytes()
     except OSError as exc:
         raise InputError(path, f"cannot read the {role} file ({exc.strerror})", fix="check the path") from exc
-    with handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                ident = str(obj["_id"])
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise InputError(
-                    path,
-                    f"expected a JSON object with '_id' and 'text' ({exc})",
-                    line=number,
-                    fix="use the BEIR layout",
-                ) from exc
-            title = (obj.get("title") or "").strip()
-            text = str(obj.get("text") or "")
-            out[ident] = f"{title} {text}".strip() if title else text
+    return decode_text(Path(path), data)
+
+
+def _read_jsonl(path: str, role: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    fix = 'use the BEIR layout: one {"_id": ..., "title": ..., "text": ...} object per line'
+    for number, line in enumerate(_read_text(path, role).split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except RecursionError:
+            raise InputError(path, "nests arrays or objects too deeply to read", line=number, fix=fix) from None
+        except ValueError as exc:  # bad JSON, or an integer of more than 4,300 digits
+            reason = f"is not valid JSON ({exc.msg})" if isinstance(exc, json.JSONDecodeError) else str(exc)
+            raise InputError(path, reason, line=number, fix=fix) from None
+        if not isinstance(obj, dict) or "_id" not in obj:
+            raise InputError(path, "expected a JSON object with '_id' and 'text'", line=number, fix=fix)
+        ident, title, text = obj["_id"], obj.get("title"), obj.get("text")
+        for key, value, kinds in (("_id", ident, (str, int)), ("title", title, (str,)), ("text", text, (str,))):
+            if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
+                what = "a string or an integer" if key == "_id" else "a string"
+                raise InputError(path, f"'{key}' is {_json_kind(value)}, not {what}", line=number, fix=fix)
+        title = (title or "").strip()
+        text = text or ""
+        out[str(ident)] = f"{title} {text}".strip() if title else text
     if not out:
         raise InputError(path, f"no {role} found", fix="use the BEIR layout: one JSON object per line")
     return out
 
 
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    return {dict: "an object", list: "an array", int: "a number", float: "a number"}.get(type(value), "text")
+
+
 def read_qrels(path: str) -> dict[str, set[str]]:
-    """BEIR qrels TSV (``query-id``, ``corpus-id``, ``score``; a header line is skipped)."""
+    """BEIR qrels TSV (``query-id``, ``corpus-id``, ``score``; a header line is skipped). Fields are split
+    at tabs only: a qrels file has no quoting, so a ``"`` is part of an id, never the start of a quoted
+    field that runs over the next lines."""
     relevant: dict[str, set[str]] = {}
-    try:
-        handle = open(path, encoding="utf-8", newline="")
-    except OSError as exc:
-        raise InputError(path, f"cannot read the qrels file ({exc.strerror})", fix="check the path") from exc
-    with handle:
-        for number, fields in enumerate(csv.reader(handle, delimiter="\t"), 1):
-            if not fields or (number == 1 and not fields[-1].strip().lstrip("-").isdigit()):
-                continue
-            if len(fields) < 3:
-                raise InputError(path, "expected 'query-id<TAB>corpus-id<TAB>score'", line=number)
-            try:
-                score = float(fields[2])
-            except ValueError as exc:
-                raise InputError(path, f"score {fields[2]!r} is not a number", line=number) from exc
-            if score > 0:
-                relevant.setdefault(fields[0], set()).add(fields[1])
+    fix = "write query-id<TAB>corpus-id<TAB>score on each line"
+    for number, line in enumerate(_read_text(path, "qrels").split("\n"), 1):
+        fields = line.removesuffix("\r").split("\t")
+        if not line.strip() or (number == 1 and not fields[-1].strip().lstrip("-").isdigit()):
+            continue
+        if len(fields) < 3:
+            raise InputError(path, "expected 'query-id<TAB>corpus-id<TAB>score'", line=number, fix=fix)
+        try:
+            score = float(fields[2])
+        except ValueError:
+            shown = fields[2] if len(fields[2]) <= 40 else fields[2][:39] + "…"
+            raise InputError(path, f"score {shown!r} is not a number", line=number, fix=fix) from None
+        if score > 0:
+            relevant.setdefault(fields[0], set()).add(fields[1])
     return relevant
 
 

@@ -244,3 +244,117 @@ def test_check_output_dir(tmp_path: Path, data: Path) -> None:
         check_output_dir("")
     with pytest.raises(ConfigError, match="cannot write"):
         check_output_dir("/proc/x")
+
+
+class TestOutputsThatCouldHang:
+    def test_fifo_without_reader_is_refused_before_the_work(self, tmp_path: Path, monkeypatch) -> None:
+        from contrast_audit.io import atomic
+
+        fifo = tmp_path / "out.fifo"
+        os.mkfifo(fifo)
+        monkeypatch.setattr(atomic, "FIFO_WAIT_S", 0.2)
+        started = time.monotonic()
+        with pytest.raises(ConfigError, match="no process read from within"):
+            OutputTarget(fifo)
+        assert time.monotonic() - started < 5
+
+    def test_fifo_with_a_late_reader_gets_the_whole_report(self, tmp_path: Path) -> None:
+        fifo = tmp_path / "out.fifo"
+        os.mkfifo(fifo)
+        got: list[str] = []
+        reader = threading.Thread(target=lambda: (time.sleep(0.3), got.append(fifo.read_text())))
+        reader.start()
+        with OutputTarget(fifo) as out:
+            out.write(["{", "}\n"])
+        reader.join(5)
+        assert got == ["{}\n"] and _temps(tmp_path) == []
+
+
+class TestOutputNames:
+    def test_a_long_name_that_fits_is_written(self, tmp_path: Path) -> None:
+        target = tmp_path / ("r" * 240 + ".json")
+        with OutputTarget(target) as out:
+            out.write("{}\n")
+        assert target.read_text() == "{}\n" and _temps(tmp_path) == []
+
+    def test_stale_temporaries_of_a_long_name_are_removed(self, tmp_path: Path) -> None:
+        target = tmp_path / ("r" * 240 + ".json")
+        with OutputTarget(target):
+            (stale,) = _temps(tmp_path)
+        dead = stale.with_name(stale.name.replace(f".{os.getpid()}.", ".999999999."))
+        dead.write_text("x")
+        assert remove_stale_temporaries(target) == [dead]
+
+    def test_a_name_too_long_blames_the_name(self, tmp_path: Path) -> None:
+        with pytest.raises(ConfigError) as info:
+            OutputTarget(tmp_path / ("r" * 300 + ".json"))
+        message = info.value.render()
+        assert "file name is 305 bytes long" in message and "shorter file name" in message
+        assert "cannot write in" not in message
+
+    def test_a_symlink_loop_says_so(self, tmp_path: Path) -> None:
+        (tmp_path / "loop").symlink_to(tmp_path / "loop")
+        with pytest.raises(ConfigError, match="symbolic link that loops"):
+            OutputTarget(tmp_path / "loop")
+
+
+class TestIgnoredSignals:
+    """A run started with SIGINT/SIGTERM ignored (``cmd &`` in a script) keeps them ignored: its report
+    is written, not deleted by a handler."""
+
+    def test_ignored_signals_stay_ignored(self, tmp_path: Path) -> None:
+        target = tmp_path / "r.txt"
+        code = (
+            "import os, signal, sys, time\n"
+            "from contrast_audit.io.atomic import OutputTarget\n"
+            f"out = OutputTarget({str(target)!r})\n"
+            "assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN\n"
+            "assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN\n"
+            "print('ready', flush=True)\n"
+            "sys.stdin.readline()\n"
+            "out.write('whole report\\n')\n"
+        )
+
+        def ignore() -> None:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            preexec_fn=ignore,  # noqa: PLW1509 - the state a shell gives a background job
+        )
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline().strip() == b"ready", proc.stderr.read() if proc.stderr else ""
+        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        assert len(_temps(tmp_path)) == 1  # the temporary survived both signals
+        proc.stdin.write(b"go\n")
+        proc.stdin.close()
+        assert proc.wait(10) == 0, proc.stderr.read() if proc.stderr else ""
+        assert target.read_text() == "whole report\n" and _temps(tmp_path) == []
+
+
+def test_ctrl_c_exits_130_with_one_line(tmp_path: Path) -> None:
+    (tmp_path / "in.jsonl").write_text(
+        "".join(f'{{"anchor": "query {i} about {i % 97}", "positive": "answer {i}"}}\n' for i in range(40_000))
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-c", "from contrast_audit.cli import main; main()", "scan", "in.jsonl"]
+    command += ["--no-embeddings", "-q", "--output", "r.json"]
+    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not _temps(tmp_path) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if proc.poll() is not None:
+        pytest.skip("the scan ended before it could be interrupted")
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1].startswith("contrast-audit: interrupted (Ctrl-C)")
+    assert "Traceback" not in stderr and _temps(tmp_path) == [] and not (tmp_path / "r.json").exists()

@@ -121,10 +121,11 @@ def test_bare_cr_inside_a_jsonl_line_is_located(tmp_path: Path) -> None:
 def test_text_that_normalises_to_nothing_is_empty(tmp_path: Path, text: str) -> None:
     rows = [{"anchor": "q1", "positive": text}, {"anchor": "q2", "positive": text}]
     (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    _usage(scan("p.jsonl"), "p.jsonl:1:", "column 'positive'", "empty")
-    result = scan("p.jsonl", "--on-bad-row", "skip")
-    assert result.exit_code == 2  # every row skipped
-    assert "no valid rows" in result.stderr
+    _usage(scan("p.jsonl", "--on-bad-row", "error"), "p.jsonl:1:", "column 'positive'", "empty")
+    for mode in ("skip", "skip-empty"):
+        result = scan("p.jsonl", "--on-bad-row", mode)
+        assert result.exit_code == 2  # every row skipped
+        assert "no valid rows" in result.stderr and "first: p.jsonl:1" in result.stderr
 
 
 def test_punctuation_only_is_skipped_and_never_a_duplicate(tmp_path: Path) -> None:
@@ -148,7 +149,7 @@ def test_punctuation_is_text_when_normalisation_keeps_it(tmp_path: Path) -> None
 
 def test_empty_list_item_after_normalisation(tmp_path: Path) -> None:
     (tmp_path / "p.jsonl").write_text('{"query": "q", "pos": ["fine", "..."]}\n')
-    _usage(scan("p.jsonl"), "p.jsonl:1:", "column 'pos'", "empty after normalisation")
+    _usage(scan("p.jsonl", "--on-bad-row", "error"), "p.jsonl:1:", "column 'pos'", "empty after normalisation")
 
 
 # --- stdin and FIFOs --------------------------------------------------------------------------
@@ -210,12 +211,36 @@ def test_same_file_twice_is_a_warning(tmp_path: Path) -> None:
     (tmp_path / "p.jsonl").write_text(row_json(0) + "\n" + row_json(1) + "\n")
     os.link(tmp_path / "p.jsonl", tmp_path / "hard.jsonl")
     loaded = load_rows(["p.jsonl", "p.jsonl", "hard.jsonl"], ColumnMapping())
-    assert len(loaded.warnings) == 2
-    assert "p.jsonl is given twice" in loaded.warnings[0]
+    assert len(loaded.warnings) == 2 and loaded.rows.height == 2  # read once
+    assert "p.jsonl is given twice: it is read once" in loaded.warnings[0]
     assert "hard.jsonl is given twice (as p.jsonl)" in loaded.warnings[1]
+
+
+def test_same_file_twice_with_ids_is_a_warning_not_repeated_ids(tmp_path: Path) -> None:
+    (tmp_path / "p.jsonl").write_text(row_json(0, id="a") + "\n" + row_json(1, id="b") + "\n")
+    result = scan("p.jsonl", "p.jsonl")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["counts"]["rows"] == 2 and any("given twice" in w for w in report["warnings"])
 
 
 @pytest.mark.parametrize("content", ['"anchor,positive\n', 'anchor,"posi\ntive', '"\n'])
 def test_broken_quoting_in_the_header_is_located(tmp_path: Path, content: str) -> None:
     (tmp_path / "p.csv").write_text(content)
     _usage(scan("p.csv"), "p.csv:", "not valid CSV")
+
+
+class TestInputsThatCouldHang:
+    @pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom", "/dev/null"])
+    def test_a_device_is_refused(self, device: str) -> None:
+        if not Path(device).exists():
+            pytest.skip(f"{device} is missing")
+        _usage(scan(device), device, "is a character device")
+
+    def test_a_device_on_standard_input_is_refused(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import sys
+
+        with open("/dev/zero", "rb") as zero:
+            monkeypatch.setattr(sys, "stdin", type("Stdin", (), {"isatty": lambda s: False, "fileno": zero.fileno})())
+            with pytest.raises(InputError, match="<stdin>: is a character device"):
+                load_rows(["-"], ColumnMapping())

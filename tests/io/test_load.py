@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 from support import LEXICAL, RUNNER, in_tmp, row_json
 
+from contrast_audit.cli import app
 from contrast_audit.config import ColumnMapping
 from contrast_audit.errors import InputError
 from contrast_audit.io import load_rows
@@ -319,3 +320,67 @@ def test_ids_continue_across_files_after_skipped_rows(tmp_path: Path) -> None:
     (tmp_path / "b.jsonl").write_text(row_json(3) + "\n", encoding="utf-8")
     loaded = load_rows(["a.jsonl", "b.jsonl"], ColumnMapping(), "skip")
     assert loaded.rows.get_column("id").to_list() == ["0", "2", "3"]
+
+
+class TestSeparators:
+    @pytest.mark.parametrize(
+        ("name", "content"),
+        [
+            ("p.csv", "anchor;positive\nq1;d1, with a comma\nq2;d2\n"),
+            ("p.csv", "anchor|positive\nq1|d1\nq2|d2\n"),
+            ("p.csv", "anchor\tpositive\nq1\td1, with a comma\nq2\td2\n"),
+            ("p.tsv", "anchor,positive\nq1,d1\nq2,d2\n"),
+        ],
+    )
+    def test_detected_from_the_header(self, tmp_path: Path, name: str, content: str) -> None:
+        (tmp_path / name).write_text(content)
+        report = scan_json(name)
+        assert report["counts"]["rows"] == 2
+
+    def test_delimiter_flag_and_setting(self, tmp_path: Path) -> None:
+        (tmp_path / "p.csv").write_text("anchor;positive;note, free\nq1;d1;y\nq2;d2;z\n")  # the comma would win
+        assert scan_json("p.csv", "--delimiter", ";")["counts"]["rows"] == 2
+        (tmp_path / "contrast-audit.toml").write_text('delimiter = ";"\n')
+        assert scan_json("p.csv")["counts"]["rows"] == 2
+
+    @pytest.mark.parametrize("value", ["tab", "\\t", "\t"])
+    def test_tab_spellings(self, tmp_path: Path, value: str) -> None:
+        (tmp_path / "p.csv").write_text("anchor,x\tpositive\nq1,y\td1\n")
+        assert (
+            scan_json("p.csv", "--delimiter", value, "--anchor", "anchor,x", "--positive", "positive")["counts"]["rows"]
+            == 1
+        )
+
+    @pytest.mark.parametrize(
+        ("name", "content", "needles"),
+        [
+            (
+                "p.csv",
+                "what is a, b\tanswer one\nwhat is c\tanswer two\n",
+                ["p.csv:2:", "separator ','", "also holds tab", "--delimiter"],
+            ),
+            (
+                "p.csv",
+                "anchor,positive\nq1,d1,x\n",
+                ["p.csv:2:", "separator ',', from the .csv extension", "--delimiter"],
+            ),
+            (
+                "p.tsv",
+                "what is a\tanswer one\nwhat is c\tanswer two\n",
+                ["no anchor/positive columns", "first line of a CSV/TSV file is its header"],
+            ),
+        ],
+    )
+    def test_errors_say_which_separator_was_assumed(
+        self, tmp_path: Path, name: str, content: str, needles: list[str]
+    ) -> None:
+        (tmp_path / name).write_text(content)
+        result = RUNNER.invoke(app, ["scan", name, "-q", "--no-embeddings", "--no-minhash"])
+        assert result.exit_code == 2, result.output
+        assert not [n for n in needles if n not in result.stderr], result.stderr
+
+    @pytest.mark.parametrize("value", ["ab", "", '"', "\n"])
+    def test_a_bad_delimiter_is_a_usage_error(self, tmp_path: Path, value: str) -> None:
+        (tmp_path / "p.csv").write_text("anchor,positive\nq,d\n")
+        result = RUNNER.invoke(app, ["scan", "p.csv", "-q", "--no-embeddings", "--delimiter", value])
+        assert result.exit_code == 2 and "--delimiter" in result.stderr, result.output

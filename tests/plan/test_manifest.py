@@ -193,6 +193,18 @@ def test_fingerprint_covers_every_mapped_column(pairs_file):
         assert data_fingerprint(rows.with_columns(change)) != base
 
 
+VALID_HEADER = json.dumps(
+    {
+        "kind": "contrast-audit-manifest",
+        "schema_version": "1",
+        "strategy": "mask",
+        "fingerprint": "sha256:" + "0" * 64,
+        "plan": {"epochs": 1, "world_size": 1},
+        "loss": {"directions": ["query_to_doc"]},
+    }
+)
+
+
 @pytest.mark.parametrize(
     "lines, message",
     [
@@ -200,14 +212,14 @@ def test_fingerprint_covers_every_mapped_column(pairs_file):
         (['{"kind": "contrast-audit-manifest", "schema_version": "9"}'], "schema version"),
         (
             [
-                '{"kind": "contrast-audit-manifest", "schema_version": "1", "strategy": "mask", "fingerprint": "x", "plan": {}, "loss": {}}',
+                VALID_HEADER,
                 '{"rows": ["a", "b"], "mask": {"query_to_doc": [[0, 5]]}}',
             ],
             "bad entry",
         ),
         (
             [
-                '{"kind": "contrast-audit-manifest", "schema_version": "1", "strategy": "mask", "fingerprint": "x", "plan": {}, "loss": {}}',
+                VALID_HEADER,
                 '{"rows": ["a", "b"], "ranks": [1, 2]}',
             ],
             "ranks",
@@ -235,3 +247,105 @@ def test_the_manifest_never_overwrites_its_data(pairs_file):
     before = data.read_bytes()
     result = manifest(data, data)
     assert result.exit_code == 2 and "--out" in result.stderr and data.read_bytes() == before
+
+
+def _tamper_header(path: Path, change) -> None:
+    lines = path.read_text().splitlines()
+    header = json.loads(lines[0])
+    change(header)
+    path.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+
+
+def _set(*keys_and_value):
+    *keys, value = keys_and_value
+
+    def change(header: dict) -> None:
+        target = header
+        for key in keys[:-1]:
+            target = target[key]
+        target[keys[-1]] = value
+
+    return change
+
+
+def _drop(*keys):
+    def change(header: dict) -> None:
+        target = header
+        for key in keys[:-1]:
+            target = target[key]
+        del target[keys[-1]]
+
+    return change
+
+
+class TestTamperedManifests:
+    """A manifest is input: every tampered header or batch line is exit 2 naming the key and line."""
+
+    HEADER_CASES = {
+        "huge epochs": (_set("plan", "epochs", 10**30), "'plan.epochs'"),
+        "epochs as a string": (_set("plan", "epochs", "3"), "'plan.epochs' is a string"),
+        "huge world size": (_set("plan", "world_size", 2**64), "'plan.world_size'"),
+        "world size as a string": (_set("plan", "world_size", "2"), "'plan.world_size' is a string"),
+        "world size missing": (_drop("plan", "world_size"), "'plan.world_size' is missing"),
+        "directions missing": (_drop("loss", "directions"), "'loss.directions' is missing"),
+        "unknown direction": (
+            _set("loss", "directions", ["query_to_doc", "sideways"]),
+            "'loss.directions.1' is 'sideways'",
+        ),
+        "no query_to_doc": (_set("loss", "directions", ["doc_to_query"]), "lacks query_to_doc"),
+        "plan an int": (_set("plan", 5), "'plan' is an integer, not an object"),
+        "plan a list": (_set("plan", [1]), "'plan' is an array, not an object"),
+        "loss a string": (_set("loss", "x"), "'loss' is a string"),
+        "negatives an int": (_set("mapping", 0, "negatives", 5), "'mapping.0.negatives' is an integer"),
+        "mapping an int": (_set("mapping", 5), "'mapping' is an integer"),
+        "fingerprint an int": (_set("fingerprint", 5), "'fingerprint'"),
+        "strategy unknown": (_set("strategy", "shuffle"), "'strategy'"),
+    }
+
+    @pytest.fixture
+    def made(self, pairs_file, tmp_path):
+        data = pairs_file(clustered_rows())
+        out = tmp_path / "m.jsonl"
+        assert manifest(data, out, "--batch-size", "8").exit_code == 0
+        return data, out
+
+    @pytest.mark.parametrize("case", sorted(HEADER_CASES))
+    def test_header_is_validated(self, made, case):
+        data, path = made
+        change, needle = self.HEADER_CASES[case]
+        _tamper_header(path, change)
+        result = CliRunner().invoke(app, ["scan", str(data), "--plan", str(path), "-q", *LEXICAL])
+        assert result.exit_code == 2, result.output
+        assert f"{path}:1:" in result.stderr and needle in result.stderr, result.stderr
+
+    @pytest.mark.parametrize(
+        ("batch_line", "needle"),
+        [
+            ('{"rows": ["c0-0", "c0-1"], "mask": {"query_to_doc": [[0, 1' + "0" * 5000 + "]]}}", "4,300 digits"),
+            ('{"rows": ["c0-0", "c0-1"], "mask": {"query_to_doc": [[true, 1]]}}', "bad entry"),
+            ('{"rows": ["c0-0", "c0-1"], "epoch": 1' + "0" * 30 + "}", "'epoch'"),
+            ('{"rows": ["c0-0"], "x": ' + "[" * 10_000 + "]" * 10_000 + "}", "nested too deeply"),
+            ('{"rows": ["c0-0"], "mask": 5}', "'mask' must be an object"),
+        ],
+    )
+    def test_batch_lines_are_validated(self, made, batch_line, needle):
+        data, path = made
+        header = path.read_text().splitlines()[0]
+        path.write_text(header + "\n" + batch_line + "\n")
+        result = CliRunner().invoke(app, ["scan", str(data), "--plan", str(path), "-q", *LEXICAL])
+        assert result.exit_code == 2, result.output
+        assert f"{path}:2:" in result.stderr and needle in result.stderr, result.stderr
+
+    def test_deeply_nested_header(self, made):
+        data, path = made
+        path.write_text('{"kind": "contrast-audit-manifest", "x": ' + "[" * 10_000 + "]" * 10_000 + "}\n")
+        result = CliRunner().invoke(app, ["scan", str(data), "--plan", str(path), "-q", *LEXICAL])
+        assert result.exit_code == 2 and f"{path}:1:" in result.stderr, result.output
+
+    def test_the_schema_accepts_what_manifest_writes(self, made):
+        import jsonschema
+
+        from contrast_audit.plan.manifest import HEADER_SCHEMA
+
+        _, path = made
+        jsonschema.Draft202012Validator(HEADER_SCHEMA).validate(json.loads(path.read_text().splitlines()[0]))

@@ -136,3 +136,22 @@ def test_ids_with_unicode_line_separators(tmp_path: Path) -> None:
     (tmp_path / "plan.jsonl").write_text('{"rows": ["a\u2028b", "c\x85d"]}\r\n{"rows": ["e"]}\r\n', encoding="utf-8")
     plan = read_plan_file("plan.jsonl", pl.Series(ids))
     assert [plan.batch(i).tolist() for i in range(plan.n_batches)] == [[0, 1], [2]]
+
+
+class TestTamperedPlanFiles:
+    @pytest.mark.parametrize(
+        ("line", "needle"),
+        [
+            ('{"rows": [1' + "0" * 5000 + "]}", "4,300 digits"),
+            ('{"rows": [0, 1], "epoch": 1' + "0" * 30 + "}", "'epoch'"),
+            ('{"rows": [0, 1], "epoch": true}', "'epoch'"),
+            ('{"rows": [0], "x": ' + "[" * 10_000 + "]" * 10_000 + "}", "nested too deeply"),
+            ('{"rows": {"0": 1}}', "'rows' must be a list"),
+        ],
+    )
+    def test_located(self, tmp_path: Path, line: str, needle: str) -> None:
+        _pairs(tmp_path)
+        _plan_file(tmp_path, ['{"rows": [2, 3]}', line])
+        result = scan()
+        assert result.exit_code == 2, result.output
+        assert "plan.jsonl:2:" in result.stderr and needle in result.stderr, result.stderr

@@ -188,3 +188,87 @@ def test_the_trainer_sees_the_manifest_batches_of_every_epoch(tmp_path, monkeypa
     manifest = read_manifest("mask.jsonl")
     expected = [[int(r[1:]) for r in b.rows] for b in manifest.batches]  # ids r0..r7 are rows 0..7
     assert seen == expected and result.steps == len(expected) == 6
+
+
+class TestTrainRefusesTamperedManifests:
+    @pytest.mark.parametrize(
+        ("change", "needle"),
+        [
+            (lambda h: h["plan"].update(world_size="2"), "'plan.world_size' is a string"),
+            (lambda h: h["plan"].update(epochs=10**30), "'plan.epochs'"),
+            (lambda h: h.update(plan=[1]), "'plan' is an array"),
+            (lambda h: h["mapping"][0].update(negatives=5), "'mapping.0.negatives'"),
+            (lambda h: h["loss"].pop("directions"), "'loss.directions' is missing"),
+        ],
+    )
+    def test_header(self, tmp_path, change, needle):
+        write_rows(tmp_path / "pairs.jsonl", topic_rows())
+        assert RUNNER.invoke(app, lexical_manifest()).exit_code == 0
+        lines = (tmp_path / "mask.jsonl").read_text().splitlines()
+        header = json.loads(lines[0])
+        change(header)
+        (tmp_path / "mask.jsonl").write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+        result = RUNNER.invoke(app, ["train", "pairs.jsonl", "--manifest", "mask.jsonl", "--out", "model", "-q"])
+        assert result.exit_code == 2, result.output
+        assert "mask.jsonl:1:" in result.stderr and needle in result.stderr
+        assert not (tmp_path / "model").exists()
+
+    def test_a_manifest_of_other_columns_is_a_fingerprint_mismatch(self, tmp_path):
+        write_rows(tmp_path / "pairs.jsonl", topic_rows())
+        assert RUNNER.invoke(app, lexical_manifest()).exit_code == 0
+        write_rows(tmp_path / "other.jsonl", [{"q": "a", "d": "b"}, {"q": "c", "d": "e"}])
+        result = RUNNER.invoke(app, ["train", "other.jsonl", "--manifest", "mask.jsonl", "--out", "model", "-q"])
+        assert result.exit_code == 2, result.output
+        assert "planned for other data" in result.stderr and "sha256:" in result.stderr
+
+
+class TestEvalInputs:
+    """Bad eval files are exit 2 with the file and line, before the model is loaded."""
+
+    @pytest.mark.parametrize(
+        ("role", "content", "where", "needle"),
+        [
+            ("queries", b'{"_id": "q0", "text": "caf\xe9"}\n', "queries.jsonl:1:", "not valid UTF-8"),
+            ("qrels", b"query-id\tcorpus-id\tscore\nq0\td\xe90\t1\n", "qrels.tsv:2:", "not valid UTF-8"),
+            (
+                "corpus",
+                b'{"_id": "d0", "title": "t", "text": "x"}\n{"_id": "d1", "title": 5, "text": "y"}\n',
+                "corpus.jsonl:2:",
+                "'title' is a number",
+            ),
+            ("corpus", b'{"_id": "d0", "text": ["x"]}\n', "corpus.jsonl:1:", "'text' is an array"),
+            (
+                "queries",
+                b'{"_id": "q0", "text": ' + b"[" * 10_000 + b"]" * 10_000 + b"}\n",
+                "queries.jsonl:1:",
+                "too deeply",
+            ),
+            ("queries", b'{"_id": 1' + b"0" * 5000 + b', "text": "x"}\n', "queries.jsonl:1:", "4300 digits"),
+            ("qrels", b"h\th\th\nq0\td0\t" + b"9" * 200_000 + b"x\n", "qrels.tsv:2:", "is not a number"),
+        ],
+    )
+    def test_located(self, tmp_path, role, content, where, needle):
+        files = dict(zip(("queries", "corpus", "qrels"), beir(tmp_path), strict=True))
+        (tmp_path / files[role]).write_bytes(content)
+        args = [
+            "eval",
+            "default",
+            "--queries",
+            files["queries"],
+            "--corpus",
+            files["corpus"],
+            "--qrels",
+            files["qrels"],
+        ]
+        result = RUNNER.invoke(app, args)
+        assert result.exit_code == 2, result.output
+        assert where in result.stderr and needle in result.stderr, result.stderr
+
+    def test_qrels_are_tsv_without_quoting(self, tmp_path):
+        from contrast_audit.train.evaluate import read_qrels
+
+        (tmp_path / "qrels.tsv").write_text(
+            'query-id\tcorpus-id\tscore\n"q0\td0\t1\nq1\td1\t1\nq2\t' + "d" * 200_000 + "\t1\n"
+        )
+        relevant = read_qrels(str(tmp_path / "qrels.tsv"))
+        assert relevant == {'"q0': {"d0"}, "q1": {"d1"}, "q2": {"d" * 200_000}}
