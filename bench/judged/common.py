@@ -20,6 +20,17 @@ SEEDS = (0,)
 SCAN_OK = (0, 1)
 
 
+def data_arguments(p) -> None:
+    """The options ``sample.py`` and ``score.py`` share: where the data sets are, the work folder, which
+    sets and which seeds."""
+    from bench.judged.natural import BUILDERS
+
+    p.add_argument("--data", type=Path, required=True, help="the folder of the public data sets (read only)")
+    p.add_argument("--work", type=Path, default=Path("/tmp/judged"), help="pair files and scan reports go here")
+    p.add_argument("--sets", nargs="+", default=list(BUILDERS), choices=list(BUILDERS))
+    p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS), help="the seeds of the natural batches")
+
+
 def pair_key(direction: str, anchor: str, candidate: str) -> str:
     """A judged pair's identity: the direction and the two texts compared, as written in the data."""
     raw = "\x1f".join((direction, " ".join(anchor.split()), " ".join(candidate.split())))

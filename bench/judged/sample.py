@@ -24,7 +24,7 @@ from typing import Any
 
 from bench.judged import natural
 from bench.judged.common import (
-    SEEDS,
+    data_arguments,
     findings_with_texts,
     pair_key,
     plan_args,
@@ -104,10 +104,7 @@ def record(name: str, seed: int, f: dict[str, Any], key: str, source: str, args:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", type=Path, required=True)
-    p.add_argument("--work", type=Path, default=Path("/tmp/judged"))
-    p.add_argument("--sets", nargs="+", default=list(natural.BUILDERS), choices=list(natural.BUILDERS))
-    p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
+    data_arguments(p)
     p.add_argument("--per-severity", type=int, default=25)
     p.add_argument(
         "--cap",

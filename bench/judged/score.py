@@ -31,7 +31,7 @@ from typing import Any
 
 from bench.judged import natural
 from bench.judged.common import (
-    SEEDS,
+    data_arguments,
     findings_with_texts,
     plan_args,
     read_judgments,
@@ -156,10 +156,7 @@ def render(results: list[dict[str, Any]], command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", type=Path, required=True)
-    p.add_argument("--work", type=Path, default=Path("/tmp/judged"))
-    p.add_argument("--sets", nargs="+", default=list(natural.BUILDERS), choices=list(natural.BUILDERS))
-    p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
+    data_arguments(p)
     p.add_argument("--scan-args", default="", help="extra scan flags (the defaults otherwise)")
     p.add_argument("--out", type=Path, help="also write the tables here")
     p.add_argument(
