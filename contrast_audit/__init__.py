@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-from contrast_audit.api import AuditResult, audit  # noqa: E402
+from contrast_audit._version import __version__
+from contrast_audit.api import AuditResult, audit
 
 __all__ = ["AuditResult", "__version__", "audit"]

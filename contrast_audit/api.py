@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from contrast_audit import __version__, resources
+from contrast_audit import resources
+from contrast_audit._version import __version__
 from contrast_audit.baseline import Baseline, overlap_rows, read_baseline, row_hashes, scanned_targets
 from contrast_audit.config import AuditConfig, PlanConfig
 from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, Corpus, build_corpus, role_name
@@ -20,7 +21,10 @@ from contrast_audit.io import LoadResult, load_rows
 from contrast_audit.io.load import expand_paths
 from contrast_audit.judge import Judgement, candidate_counts, judge
 from contrast_audit.overlap import (
+    OVERLAP_SCHEMA,
+    OVERLAP_TEXTS,
     distinct_targets,
+    empty_overlaps,
     find_overlaps,
     load_eval,
     load_existing,
@@ -580,29 +584,6 @@ def plan_warnings(cfg: AuditConfig, n_rows: int, plan: Plan, n_sets: int, candid
     elif candidates == 0:
         out.append("no candidate was compared: every comparison set holds a single row")
     return out
-
-
-OVERLAP_TEXTS = ("text", "target_text", "text_hash", "target_text_hash")
-OVERLAP_SCHEMA = {
-    "row_id": pl.String,  # the new row
-    "file": pl.String,
-    "line": pl.Int64,
-    "role": pl.String,  # which text of the new row: anchor, positive, negative_k
-    "target": pl.String,  # "existing" or "eval"
-    "target_id": pl.String,
-    "target_file": pl.String,
-    "target_line": pl.Int64,
-    "target_role": pl.String,
-    "severity": pl.Enum(["certain", "likely", "suspect"]),
-    "evidence": pl.List(pl.Struct({"kind": pl.String, "score": pl.Float64, "threshold": pl.Float64})),
-    "baseline": pl.Boolean,
-}
-
-
-def empty_overlaps() -> pl.DataFrame:
-    """Overlaps of new rows with existing training rows or eval rows (``scan --against/--eval``):
-    one row per (new row, role, matched target text)."""
-    return pl.DataFrame(schema=OVERLAP_SCHEMA)
 
 
 def _role_names(codes: pl.Series) -> pl.Series:

@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from contrast_audit import __version__
+from contrast_audit._version import __version__
 from contrast_audit.errors import EXIT_GATE_FAILED, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, AuditError
 from contrast_audit.gate import GRAMMAR as GATE_GRAMMAR
 

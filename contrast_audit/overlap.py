@@ -599,12 +599,35 @@ def _mini_corpus(new: pl.DataFrame, targets: pl.DataFrame, used: pl.Series) -> C
     )
 
 
+OVERLAP_TEXTS = ("text", "target_text", "text_hash", "target_text_hash")
+OVERLAP_SCHEMA = {
+    "row_id": pl.String,  # the new row
+    "file": pl.String,
+    "line": pl.Int64,
+    "role": pl.String,  # which text of the new row: anchor, positive, negative_k
+    "target": pl.String,  # "existing" or "eval"
+    "target_id": pl.String,
+    "target_file": pl.String,
+    "target_line": pl.Int64,
+    "target_role": pl.String,
+    "severity": pl.Enum(["certain", "likely", "suspect"]),
+    "evidence": pl.List(pl.Struct({"kind": pl.String, "score": pl.Float64, "threshold": pl.Float64})),
+    "baseline": pl.Boolean,
+}
+
+
+def empty_overlaps() -> pl.DataFrame:
+    """Overlaps of new rows with existing training rows or eval rows (``scan --against/--eval``):
+    one row per (new row, role, matched target text)."""
+    return pl.DataFrame(schema=OVERLAP_SCHEMA)
+
+
 # --- the API ----------------------------------------------------------------------------------
 
 
 @dataclass
 class OverlapResult:
-    """Overlaps (``api.OVERLAP_SCHEMA``), their texts and hashes row for row, and how they were found."""
+    """Overlaps (``OVERLAP_SCHEMA``), their texts and hashes row for row, and how they were found."""
 
     overlaps: pl.DataFrame
     texts: pl.DataFrame  # text, target_text, text_hash, target_text_hash
@@ -637,7 +660,6 @@ def find_overlaps(
     progress: Callable[[str, int], Callable[[int], None]] | None = None,
 ) -> OverlapResult:
     """Overlaps of the new rows' texts with each target's texts."""
-    from contrast_audit.api import OVERLAP_SCHEMA
 
     if index is None:
         ref = cfg.reference

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
 
-from contrast_audit import __version__
+from contrast_audit._version import __version__
 from contrast_audit.api import AuditResult
 from contrast_audit.report.common import (
     OVERLAP_TITLES,

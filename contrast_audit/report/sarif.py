@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from contrast_audit import __version__
+from contrast_audit._version import __version__
 from contrast_audit.api import AuditResult
 from contrast_audit.report.common import clip, evidence_text
 from contrast_audit.report.located import RULE_BY_ID, RULE_INDEX, RULES, display_path, has_lines, located, where
