@@ -16,7 +16,7 @@ HERE = Path(__file__).resolve().parent
 JUDGMENTS = HERE / "judgments.jsonl"
 LABELS = ("EQUIVALENT", "RELATED", "UNRELATED")
 BATCH_SIZE = 64
-SEEDS = (0,)
+SEEDS = (0, 1, 2, 3)  # the seeds of the natural batches the judged set was drawn from
 SCAN_OK = (0, 1)
 
 
