@@ -909,8 +909,13 @@ def train(
         progress=not quiet and sys.stderr.isatty(),
     )
     if not quiet:
+        padded = (
+            f"; {result.padded_negatives} missing hard negatives of {result.padded_rows} rows padded and masked"
+            if result.padded_negatives
+            else ""
+        )
         _stderr().print(
-            f"contrast-audit: trained {result.steps} steps (scale {scale:g}, temperature {1 / scale:g}); model written to {out}, log {result.log}",
+            f"contrast-audit: trained {result.steps} steps (scale {scale:g}, temperature {1 / scale:g}){padded}; model written to {out}, log {result.log}",
             markup=False,
         )
     raise typer.Exit(EXIT_OK)
