@@ -781,6 +781,7 @@ class Strategy(str, Enum):
     mask = "mask"
     group = "group"
     multi_positive = "multi-positive"
+    cluster = "cluster"
 
 
 class Severity(str, Enum):
@@ -799,7 +800,7 @@ def manifest(
     strategy: Annotated[
         Strategy | None,
         _opt(
-            "mask: your plan, findings masked; group: related rows re-planned into different batches, the rest masked; multi-positive: related rows batched together as each other's positives.  \\[default: mask]",
+            "mask: your plan, findings masked; group: related rows re-planned into different batches, the rest masked; multi-positive: related rows batched together as each other's positives; cluster: topic-hard batches from k-means on the anchors' embeddings, false negatives masked.  \\[default: mask]",
             "Manifest",
         ),
     ] = None,
@@ -807,13 +808,26 @@ def manifest(
         Severity | None,
         _opt("Act on findings of this severity and above.  \\[default: likely]", "Manifest"),
     ] = None,
+    balance: Annotated[
+        int | None,
+        _opt(
+            "At most N rows of one anchor (same anchor text or group) per batch, or the fewest the epoch allows; every row still trained on. 1 spreads each anchor as evenly as possible.  \\[default: off]",
+            "Manifest",
+        ),
+    ] = None,
+    clusters: Annotated[
+        int | None,
+        _opt("k for --strategy cluster.  \\[default: distinct anchors / global batch size]", "Manifest"),
+    ] = None,
     quiet: Quiet = False,
 ) -> None:
-    """Write a batch manifest that masks, separates or groups the false negatives, for the bundled trainer or your own."""
+    """Write a batch manifest that masks, separates or groups the false negatives (or builds topic-hard batches with them masked), for the bundled trainer or your own."""
     from contrast_audit.config import build_config
     from contrast_audit.manifest import build_manifest
 
-    settings, origin = options.settings(strategy=strategy, mask_severity=mask_severity)
+    settings, origin = options.settings(
+        strategy=strategy, mask_severity=mask_severity, balance=balance, clusters=clusters
+    )
     cfg = build_config(settings)
     with (
         open_output(out, data, settings, origin, "--out") as target,
@@ -824,6 +838,8 @@ def manifest(
             cfg,
             strategy=settings.get("strategy", "mask"),
             mask_severity=settings.get("mask_severity", "likely"),
+            balance=settings.get("balance"),
+            clusters=settings.get("clusters"),
             progress=progress,
             config_file=origin,
         )
