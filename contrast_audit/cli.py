@@ -849,10 +849,24 @@ def manifest(
         _stderr().print(
             f"contrast-audit: {result.manifest.strategy} manifest for {c['rows_planned']} rows in {c['batches']} "
             f"batches written to {out}: {c['masked_pairs']} masked pairs, {c['positive_pairs']} positive pairs, "
-            f"{c['conflicts_left']} related pairs left sharing a batch (masked)",
+            f"{c['conflicts_left']} related pairs left sharing a batch (masked)" + _plan_note(result.manifest.header),
             markup=False,
         )
     raise typer.Exit(EXIT_OK)
+
+
+def _plan_note(header: dict) -> str:
+    """The clustering and balance a manifest header records, in words."""
+    parts = []
+    if "clustering" in header:
+        parts.append(f"{header['clustering']['k']} clusters (seed {header['clustering']['seed']})")
+    if "balance" in header:
+        b = header["balance"]
+        parts.append(
+            f"balance {b['max_per_batch']}: at most {b['most_rows_of_one_anchor_in_a_batch']} rows of one anchor "
+            f"in a batch, {b['rows_over_quota']} over quota"
+        )
+    return "; " + "; ".join(parts) if parts else ""
 
 
 @app.command()

@@ -64,7 +64,11 @@ def test_balance_bounds_an_anchor_per_batch_and_records_it(pairs_file, tmp_path)
     assert set(per_epoch.values()) == {1} and len(per_epoch) == 2 * 64  # every row once per epoch
     assert [len(b["rows"]) for b in batches if b["epoch"] == 0] == [len(b["rows"]) for b in plain_batches]
     again = tmp_path / "again.jsonl"
-    run(str(data), "--out", str(again), "--batch-size", "8", "--balance", "1", "--epochs", "2", *LEXICAL)
+    said = CliRunner().invoke(
+        app,
+        ["manifest", str(data), "--out", str(again), "--batch-size", "8", "--balance", "1", "--epochs", "2", *LEXICAL],
+    )
+    assert "balance 1: at most 3 rows of one anchor in a batch, 0 over quota" in said.output
     assert again.read_bytes() == balanced.read_bytes()
 
 
