@@ -19,8 +19,8 @@ Settings, all from the same start model, rows, epochs, batch size, learning rate
 - ``gist``: random batches + ``GISTEmbedLoss`` with the start model as guide;
 - ``tool-mask``: ``contrast-audit manifest --strategy mask`` with default detectors (the same random batches
   as naive, false negatives masked) + ``MaskedMultipleNegativesRankingLoss``;
-- ``tool-balance``: the same with ``--balance spread`` (rows of one anchor spread over the epoch's batches);
-- ``tool-cluster``: ``--strategy cluster --balance spread`` (topic-hard batches from k-means on the anchors'
+- ``tool-balance``: the same with ``--balance 1`` (rows of one anchor spread over the epoch's batches);
+- ``tool-cluster``: ``--strategy cluster --balance 1`` (topic-hard batches from k-means on the anchors'
   embeddings, false negatives masked).
 
 False negatives are counted from the judgments: per anchor, the in-batch candidates (other rows'
@@ -48,8 +48,8 @@ import numpy as np
 SETTINGS = ("naive", "no-duplicates", "gist", "tool-mask", "tool-balance", "tool-cluster")
 TOOL = {
     "tool-mask": {"strategy": "mask"},
-    "tool-balance": {"strategy": "mask", "balance": "spread"},
-    "tool-cluster": {"strategy": "cluster", "balance": "spread"},
+    "tool-balance": {"strategy": "mask", "balance": 1},
+    "tool-cluster": {"strategy": "cluster", "balance": 1},
 }
 HOLDOUT_SEED = 13
 SAMPLE_SEED = 7
@@ -236,10 +236,9 @@ def tool_manifest(path: Path, setting: str, seed: int, work: Path, args) -> None
     from contrast_audit.manifest import build_manifest
 
     options = dict(TOOL[setting])
-    strategy = options.pop("strategy")
-    cfg = build_config({"batch_size": args.batch_size, "seed": seed, "epochs": args.epochs, **options})
+    cfg = build_config({"batch_size": args.batch_size, "seed": seed, "epochs": args.epochs})
     started = time.perf_counter()
-    result = build_manifest([str(work / "data.jsonl")], cfg, strategy=strategy)
+    result = build_manifest([str(work / "data.jsonl")], cfg, **options)
     write_atomic(path, result.render())
     _log(f"  {setting} manifest in {time.perf_counter() - started:.0f}s: {result.counts}")
 
