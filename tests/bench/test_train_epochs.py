@@ -3,10 +3,12 @@ what a manifest's masks leave, and what GISTEmbedLoss's guide leaves."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from bench.train import epochs
 
@@ -58,3 +60,23 @@ def test_manifest_batches_read_rows_and_masks(tmp_path: Path):
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     batches, masks = epochs.manifest_batches(path, META)
     assert batches[0].tolist() == [2, 0] and masks == [{(1, 0, 1), (0, 1, 0)}]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setting", sorted(epochs.TOOL))
+def test_each_tool_setting_writes_its_manifest(tmp_path: Path, setting: str):
+    rows = [
+        {
+            "id": f"r{i}",
+            "anchor": f"query {i % 3} about topic {i % 3}",
+            "positive": f"passage {i}",
+            "negative": f"note {i}",
+        }
+        for i in range(8)
+    ]
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / f"{setting}.jsonl"
+    epochs.tool_manifest(out, setting, 0, tmp_path, argparse.Namespace(batch_size=4, epochs=1))
+    header = json.loads(out.read_text().splitlines()[0])
+    assert header["strategy"] == epochs.TOOL[setting]["strategy"]
+    assert ("balance" in header) == ("balance" in epochs.TOOL[setting])
