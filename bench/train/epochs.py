@@ -330,7 +330,7 @@ def table(name: str, meta: dict, results: list[dict], stats: dict, baseline: dic
     )
     for setting in SETTINGS:
         runs = [r for r in results if r["setting"] == setting]
-        keys = [k for k in stats if k.rsplit("-", 1)[0] == setting]
+        keys = [f"{setting}-{r['seed']}" for r in runs if f"{setting}-{r['seed']}" in stats]  # the trained seeds
         if not runs or not keys:
             continue
         s = {f: statistics.mean(stats[k][f] for k in keys) for f in stats[keys[0]]}
