@@ -890,6 +890,7 @@ class Strategy(str, Enum):
     mask = "mask"
     group = "group"
     multi_positive = "multi-positive"
+    cluster = "cluster"
 
 
 class Severity(str, Enum):
@@ -908,7 +909,7 @@ def manifest(
     strategy: Annotated[
         Strategy | None,
         _opt(
-            "mask: your plan, findings masked; group: related rows re-planned into different batches, the rest masked; multi-positive: related rows batched together as each other's positives.  \\[default: mask]",
+            "mask: your plan, findings masked; group: related rows re-planned into different batches, the rest masked; multi-positive: related rows batched together as each other's positives; cluster: topic-hard batches from k-means on the anchors' embeddings, false negatives masked.  \\[default: mask]",
             "Manifest",
         ),
     ] = None,
@@ -916,13 +917,26 @@ def manifest(
         Severity | None,
         _opt("Act on findings of this severity and above.  \\[default: likely]", "Manifest"),
     ] = None,
+    balance: Annotated[
+        int | None,
+        _opt(
+            "At most N rows of one anchor (same anchor text or group) per batch, or the fewest the epoch allows; every row still trained on. 1 spreads each anchor as evenly as possible.  \\[default: off]",
+            "Manifest",
+        ),
+    ] = None,
+    clusters: Annotated[
+        int | None,
+        _opt("k for --strategy cluster.  \\[default: distinct anchors / global batch size]", "Manifest"),
+    ] = None,
     quiet: Quiet = False,
 ) -> None:
-    """Write a batch manifest that masks, separates or groups the false negatives, for the bundled trainer or your own."""
+    """Write a batch manifest that masks, separates or groups the false negatives (or builds topic-hard batches with them masked), for the bundled trainer or your own."""
     from contrast_audit.config import build_config
     from contrast_audit.manifest import build_manifest
 
-    settings, origin = options.settings(strategy=strategy, mask_severity=mask_severity)
+    settings, origin = options.settings(
+        strategy=strategy, mask_severity=mask_severity, balance=balance, clusters=clusters
+    )
     cfg = build_config(settings)
     with (
         open_output(out, data, settings, origin, "--out") as target,
@@ -933,6 +947,8 @@ def manifest(
             cfg,
             strategy=settings.get("strategy", "mask"),
             mask_severity=settings.get("mask_severity", "likely"),
+            balance=settings.get("balance"),
+            clusters=settings.get("clusters"),
             progress=progress,
             config_file=origin,
         )
@@ -942,10 +958,24 @@ def manifest(
         _stderr().print(
             f"contrast-audit: {result.manifest.strategy} manifest for {c['rows_planned']} rows in {c['batches']} "
             f"batches written to {out}: {c['masked_pairs']} masked pairs, {c['positive_pairs']} positive pairs, "
-            f"{c['conflicts_left']} related pairs left sharing a batch (masked)",
+            f"{c['conflicts_left']} related pairs left sharing a batch (masked)" + _plan_note(result.manifest.header),
             markup=False,
         )
     raise typer.Exit(EXIT_OK)
+
+
+def _plan_note(header: dict) -> str:
+    """The clustering and balance a manifest header records, in words."""
+    parts = []
+    if "clustering" in header:
+        parts.append(f"{header['clustering']['k']} clusters (seed {header['clustering']['seed']})")
+    if "balance" in header:
+        b = header["balance"]
+        parts.append(
+            f"balance {b['max_per_batch']}: at most {b['most_rows_of_one_anchor_in_a_batch']} rows of one anchor "
+            f"in a batch, {b['rows_over_quota']} over quota"
+        )
+    return "; " + "; ".join(parts) if parts else ""
 
 
 @app.command()
@@ -1018,8 +1048,13 @@ def train(
         progress=not quiet and sys.stderr.isatty(),
     )
     if not quiet:
+        padded = (
+            f"; {result.padded_negatives} missing hard negatives of {result.padded_rows} rows padded and masked"
+            if result.padded_negatives
+            else ""
+        )
         _stderr().print(
-            f"contrast-audit: trained {result.steps} steps (scale {scale:g}, temperature {1 / scale:g}); model written to {out}, log {result.log}",
+            f"contrast-audit: trained {result.steps} steps (scale {scale:g}, temperature {1 / scale:g}){padded}; model written to {out}, log {result.log}",
             markup=False,
         )
     raise typer.Exit(EXIT_OK)

@@ -1,6 +1,8 @@
 """Batch manifests from an audit: ``mask`` (the user's plan, findings masked), ``group`` (related rows
-re-planned into different batches, what remains masked) and ``multi-positive`` (related rows planned
-together, each anchor's related candidates marked as its positives).
+re-planned into different batches, what remains masked), ``multi-positive`` (related rows planned
+together, each anchor's related candidates marked as its positives) and ``cluster`` (topic-hard batches:
+anchors clustered by embedding, a batch filled from one cluster, its false negatives masked). ``balance``
+bounds how many rows of one anchor a batch may hold (``contrast_audit.plan.balance``).
 
 The same stages as ``audit``: load → normalise → evidence → plan → judge, then the judged findings at or
 above ``mask_severity`` become the manifest's entries.
@@ -23,6 +25,8 @@ from contrast_audit.errors import ConfigError
 from contrast_audit.evidence import SEVERITIES, SEVERITY_NAMES, Detector
 from contrast_audit.judge import Judgement
 from contrast_audit.plan import Plan, make_plan, read_plan_file
+from contrast_audit.plan.balance import balance_batches, quotas, units_of
+from contrast_audit.plan.cluster import Clustering, cluster_sequence, kmeans
 from contrast_audit.plan.grouped import Relations, batch_capacities, rank_sizes, separate, together
 from contrast_audit.plan.manifest import KIND, SCHEMA_VERSION, STRATEGIES, Manifest, ManifestBatch, data_fingerprint
 from contrast_audit.plan.masking import with_positions
@@ -37,6 +41,7 @@ class ManifestResult:
     plan: Plan
     judgement: Judgement
     separated_left: int | None = None
+    clustering: Clustering | None = None
 
     def render(self) -> str:
         return self.manifest.render()
@@ -55,13 +60,22 @@ def build_manifest(
     detectors: Sequence[Detector] | None = None,
     progress: Progress | None = None,
     config_file: str | None = None,
+    balance: int | None = None,
+    clusters: int | None = None,
 ) -> ManifestResult:
-    """Plan batches with ``strategy`` and write down which in-batch pairs to mask or treat as positives."""
+    """Plan batches with ``strategy`` and write down which in-batch pairs to mask or treat as positives.
+
+    ``balance``: at most this many rows of one anchor (rows sharing an anchor text or a declared group) per
+    global batch, or the fewest the epoch allows (see ``contrast_audit.plan.balance``); every row is still
+    planned once per epoch. ``clusters``: k of the ``cluster`` strategy's k-means (default: the distinct
+    anchors divided by the global batch size).
+    """
     if strategy not in STRATEGIES:
         raise ConfigError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     if mask_severity not in SEVERITIES:
         raise ConfigError(f"mask-severity must be one of {', '.join(SEVERITIES)}, got {mask_severity!r}")
     cfg = config or AuditConfig()
+    _check_balance(strategy, balance, clusters, cfg)
     if strategy != "mask" and cfg.plan.plan_file:
         raise ConfigError(
             f"--strategy {strategy} plans its own batches; --plan only goes with --strategy mask",
@@ -79,13 +93,25 @@ def build_manifest(
     threshold = SEVERITY_RANK[mask_severity]
     world = cfg.plan.world_size
     separated_left = None
+    clustering = None
+    units = balance_units(corpus) if balance is not None else None
     if strategy == "mask":
         plan = user_plan or make_plan(cfg.plan, corpus.n_rows, corpus.raw)
         source = plan.source
+    elif strategy == "cluster":
+        clustering, row_cluster = cluster_anchors(prepared, cfg, clusters)
+        plan = _cluster_plan(row_cluster, units, cfg, balance)
+        source = strategy
     else:
         relations = row_relations(prepared, threshold, progress)
         plan, separated_left = _replan(relations, cfg, strategy)
         source = strategy
+    balance_info = None
+    if units is not None and balance is not None:
+        if strategy != "cluster":
+            plan = _rebalance(plan, units, cfg, balance)
+            source = f"{source}+balance"
+        balance_info = _balance_info(plan, units, cfg, balance)
     judgement = judge_plan(prepared, plan, world, progress)
     gb = plan.global_batches(world)
     acted = judgement.findings.filter(pl.col("severity_rank") >= threshold)
@@ -129,8 +155,153 @@ def build_manifest(
         },
         "tool": {"name": "contrast-audit", "version": __version__},
     }
+    if balance_info is not None:
+        header["balance"] = balance_info
+    if clustering is not None:
+        store = _embedding_store(prepared.detectors)
+        info = store.info() if store is not None else {}
+        header["clustering"] = {
+            **clustering.info(),
+            "clustered": "distinct anchor texts, by their query embeddings",
+            "model": info.get("model"),
+            "model_fingerprint": info.get("fingerprint"),
+            "query_prompt": info.get("query_prompt"),
+        }
     manifest = Manifest(header, batches)
-    return ManifestResult(manifest, prepared, plan, judgement, separated_left)
+    return ManifestResult(manifest, prepared, plan, judgement, separated_left, clustering)
+
+
+def _check_balance(strategy: str, balance: int | None, clusters: int | None, cfg: AuditConfig) -> None:
+    if balance is not None:
+        if isinstance(balance, bool) or not isinstance(balance, int) or balance < 1:
+            raise ConfigError(
+                f"--balance must be a whole number >= 1 (rows of one anchor per batch), got {balance!r}",
+                fix="pass e.g. --balance 1 (spread each anchor's rows as evenly as the epoch allows)",
+            )
+        if strategy == "multi-positive":
+            raise ConfigError(
+                "--balance spreads an anchor's rows over batches; multi-positive keeps related rows together",
+                fix="drop --balance, or use --strategy mask, group or cluster",
+            )
+        if cfg.plan.plan_file:
+            raise ConfigError(
+                "--balance re-plans the batches; --plan asks for yours as they are",
+                fix="drop --balance, or drop --plan and let --sampler and --seed make the plan",
+            )
+    if strategy == "cluster" and not cfg.embedding.enabled:
+        raise ConfigError(
+            "--strategy cluster clusters anchors by their embeddings, and embeddings are off",
+            fix="drop --no-embeddings (or set embeddings = true), or use --strategy mask or group",
+        )
+    if clusters is not None:
+        if strategy != "cluster":
+            raise ConfigError("--clusters only goes with --strategy cluster", fix="drop --clusters")
+        if isinstance(clusters, bool) or not isinstance(clusters, int) or clusters < 1:
+            raise ConfigError(f"--clusters must be a whole number >= 1, got {clusters!r}")
+
+
+def balance_units(corpus) -> np.ndarray:
+    """The unit that ``balance`` bounds, per row: rows sharing an anchor text, or a declared group (and
+    whatever those connect), are one anchor."""
+    return units_of([corpus.anchor.astype(np.int64), corpus.group.astype(np.int64)])
+
+
+def _epochs(plan: Plan, world: int):
+    """Per epoch: the rows of its global batches in plan order and the global batch sizes."""
+    gb = plan.global_batches(world)
+    for epoch in np.unique(gb.epoch).tolist():
+        index = np.flatnonzero(gb.epoch == epoch)
+        rows = gb.rows[gb.offsets[index[0]] : gb.offsets[index[-1] + 1]]
+        yield epoch, rows, gb.sizes[index]
+
+
+def _from_global(batches_by_epoch: list[tuple[int, list[np.ndarray]]], world: int, source: str) -> Plan:
+    device: list[np.ndarray] = []
+    epochs: list[int] = []
+    for epoch, batches in batches_by_epoch:
+        for batch in batches:
+            start = 0
+            for size in rank_sizes(batch.shape[0], world):
+                device.append(batch[start : start + size])
+                epochs.append(epoch)
+                start += size
+    return Plan.from_batches(device, epochs, source)
+
+
+def _rebalance(plan: Plan, units: np.ndarray, cfg: AuditConfig, cap: int) -> Plan:
+    """The plan's global batches, each epoch re-cut so no anchor exceeds its quota; sizes and order kept
+    where the quota allows."""
+    world = cfg.plan.world_size
+    out = []
+    for epoch, rows, sizes in _epochs(plan, world):
+        batches, _ = balance_batches(rows, units, sizes, cap)
+        out.append((epoch, batches))
+    return _from_global(out, world, plan.source)
+
+
+def _balance_info(plan: Plan, units: np.ndarray, cfg: AuditConfig, cap: int) -> dict[str, Any]:
+    """What the header records: the cap, the unit, the largest anchor's share and quota, the rows over it."""
+    over = 0
+    most = 0
+    largest_quota = 0
+    epoch_share = 0.0
+    for _, rows, sizes in _epochs(plan, cfg.plan.world_size):
+        quota = quotas(units, rows, sizes.shape[0], cap)
+        largest_quota = max(largest_quota, int(quota.max()) if quota.size else 0)
+        batch_of = np.repeat(np.arange(sizes.shape[0]), sizes)
+        pairs, counts = np.unique(np.stack([batch_of, units[rows]], axis=1), axis=0, return_counts=True)
+        over += int(np.clip(counts - quota[pairs[:, 1]], 0, None).sum())
+        most = max(most, int(counts.max()) if counts.size else 0)
+        epoch_share = max(epoch_share, float(np.bincount(units[rows]).max() / rows.shape[0]) if rows.size else 0.0)
+    return {
+        "max_per_batch": cap,
+        "unit": "anchor: rows sharing an anchor text or a declared group",
+        "rule": "at most max(max_per_batch, ceil(anchor rows / batches in the epoch)) rows of one anchor per global batch",
+        "largest_quota": largest_quota,
+        "most_rows_of_one_anchor_in_a_batch": most,
+        "rows_over_quota": over,
+        "largest_anchor_share_of_epoch": round(epoch_share, 6),
+    }
+
+
+def cluster_anchors(prepared: Prepared, cfg: AuditConfig, k: int | None) -> tuple[Clustering, np.ndarray]:
+    """k-means over the distinct anchor texts' query embeddings; each row's cluster."""
+    corpus = prepared.corpus
+    store = _embedding_store(prepared.detectors)
+    if store is None:
+        raise ConfigError(
+            "--strategy cluster clusters anchors by their embeddings, and embeddings are off",
+            fix="drop --no-embeddings (or set embeddings = true), or use --strategy mask or group",
+        )
+    store.prepare(corpus)
+    anchors, inverse = np.unique(corpus.anchor, return_inverse=True)
+    global_batch = cfg.plan.batch_size * cfg.plan.world_size
+    k = k if k is not None else max(1, anchors.shape[0] // global_batch)
+    clustering = kmeans(store.query[anchors], k, cfg.plan.seed)
+    return clustering, clustering.labels[inverse.reshape(-1)]
+
+
+def _cluster_plan(row_cluster: np.ndarray, units: np.ndarray | None, cfg: AuditConfig, cap: int | None) -> Plan:
+    """Each epoch: clusters in random order (seeded per epoch), a cluster's rows in random order, cut into
+    global batches (under the balance quota when asked)."""
+    p = cfg.plan
+    capacities = batch_capacities(row_cluster.shape[0], p.batch_size, p.world_size, p.drop_last)
+    if capacities.shape[0] == 0:
+        raise ConfigError(
+            f"{row_cluster.shape[0]} rows make no batch of {p.batch_size * p.world_size} with --drop-last",
+            fix="lower --batch-size or keep the last batch (--keep-last)",
+        )
+    out = []
+    for epoch in range(p.epochs):
+        rng = np.random.default_rng([p.seed, epoch])
+        sequence = cluster_sequence(row_cluster, rng)
+        if units is not None and cap is not None:
+            batches, _ = balance_batches(sequence, units, capacities, cap)
+        else:
+            bounds = np.r_[0, np.cumsum(capacities)]
+            batches = [sequence[bounds[b] : bounds[b + 1]] for b in range(capacities.shape[0])]
+        out.append((epoch, batches))
+    return _from_global(out, p.world_size, "cluster")
 
 
 def row_relations(prepared: Prepared, threshold: int, progress: Progress | None = None) -> Relations:

@@ -114,6 +114,12 @@ def resolve(model: str | None) -> ModelSource:
     return ModelSource(directory.name, str(directory.resolve()), None, digests)
 
 
+def default_model_path() -> str:
+    """The bundled all-MiniLM-L6-v2's directory, checked against the official release's SHA-256 digests:
+    what to pass to ``SentenceTransformer(...)`` to start from the model ``train`` uses by default."""
+    return resolve(None).path
+
+
 def load(source: ModelSource, device: str | None = None):
     """Load a verified model with sentence-transformers, offline, without remote code."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

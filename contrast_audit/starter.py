@@ -193,10 +193,17 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
         {
             "strategy": (
                 "mask: your plan with findings masked; group: related rows re-planned into different batches, the "
-                "rest masked; multi-positive: related rows batched together as each other's positives.",
+                "rest masked; multi-positive: related rows batched together as each other's positives; cluster: "
+                "topic-hard batches (k-means on the anchors' embeddings), false negatives masked.",
                 None,
             ),
             "mask_severity": ("Act on findings of this severity and above: certain, likely or suspect.", None),
+            "balance": (
+                "At most this many rows of one anchor (same anchor text or group) per batch, or the fewest the "
+                "epoch allows; 1 spreads each anchor's rows as evenly as possible (mask, group, cluster).",
+                1,
+            ),
+            "clusters": ("k of the cluster strategy's k-means (default: distinct anchors / global batch size).", 64),
         },
     ),
     (
@@ -219,6 +226,8 @@ _TOP_LEVEL_DEFAULTS = {
     "fail_on": None,
     "strategy": "mask",
     "mask_severity": "likely",
+    "balance": None,
+    "clusters": None,
     "baseline": None,
 }
 

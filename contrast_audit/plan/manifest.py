@@ -24,7 +24,7 @@ from contrast_audit.errors import InputError
 
 KIND = "contrast-audit-manifest"
 SCHEMA_VERSION = "1"
-STRATEGIES = ("mask", "group", "multi-positive")
+STRATEGIES = ("mask", "group", "multi-positive", "cluster")
 
 Entry = tuple[int, int, str]
 

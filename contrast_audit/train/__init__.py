@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contrast_audit.model import default_model_path
 from contrast_audit.train.data import TrainingData, manifest_dataset, rows_dataset
 from contrast_audit.train.loss import MaskedMultipleNegativesRankingLoss
 from contrast_audit.train.relations import Relations, build_relations
@@ -13,6 +14,7 @@ __all__ = [
     "Relations",
     "TrainingData",
     "build_relations",
+    "default_model_path",
     "manifest_dataset",
     "rows_dataset",
 ]

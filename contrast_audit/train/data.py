@@ -4,14 +4,20 @@ checked against its fingerprint, as a ``datasets.Dataset``.
 Columns: ``anchor``, ``positive``, ``negative_1`` .. ``negative_k`` (texts; sentence-transformers reads
 them in this order) and ``label``: the row's index in the data, which the trainer's collator hands to the
 loss as ``labels`` so :class:`MaskedMultipleNegativesRankingLoss` can look up the batch's masks.
+
+Rows with fewer hard negatives than the most any row has are padded: the missing ``negative_k`` cells hold
+:data:`PAD_TEXT` and ``TrainingData.padded`` says which, so the masked loss excludes them from every
+anchor's softmax (no row and no real negative is dropped).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from contrast_audit.config import ColumnMapping
@@ -19,13 +25,33 @@ from contrast_audit.errors import InputError
 from contrast_audit.io.load import load_rows
 from contrast_audit.train._manifest import Manifest, check_fingerprint
 
+LOG = logging.getLogger("contrast_audit.train")
+PAD_TEXT = ""  # the text of a padded hard-negative cell; the masked loss never scores it
+
 
 @dataclass(frozen=True)
 class TrainingData:
+    """The dataset and what the loss needs to read it.
+
+    ``padded``: a boolean array (rows × ``n_negatives``), True where row i had no ``negative_{k+1}`` and
+    the cell holds :data:`PAD_TEXT`; pass the whole ``TrainingData`` to the loss so it masks them.
+    """
+
     dataset: Any  # datasets.Dataset
     row_ids: list[str]
     n_negatives: int
     rows: pl.DataFrame
+    padded: np.ndarray | None = None
+
+    @property
+    def padded_negatives(self) -> int:
+        """Hard-negative cells filled with padding (masked in the loss)."""
+        return int(self.padded.sum()) if self.padded is not None else 0
+
+    @property
+    def padded_rows(self) -> int:
+        """Rows with at least one padded hard-negative cell."""
+        return int(self.padded.any(axis=1).sum()) if self.padded is not None and self.padded.size else 0
 
 
 def mapping_from_manifest(manifest: Manifest, user: ColumnMapping | None = None) -> ColumnMapping:
@@ -60,32 +86,41 @@ def on_bad_row_of(manifest: Manifest) -> str:
 
 
 def rows_dataset(rows: pl.DataFrame, data_label: str = "data") -> TrainingData:
-    """A ``datasets.Dataset`` (anchor, positive, negative_k..., label = row index) from canonical rows."""
+    """A ``datasets.Dataset`` (anchor, positive, negative_k..., label = row index) from canonical rows.
+
+    Rows with fewer hard negatives than the most any row has get :data:`PAD_TEXT` in the missing cells,
+    recorded in ``padded`` (and logged), for the loss to mask.
+    """
     from datasets import Dataset
 
-    counts = rows.get_column("negatives").list.len().fill_null(0)
-    n_negatives = int(counts.max() or 0)
-    if rows.height and int(counts.min() or 0) != n_negatives:
-        first = int((counts != n_negatives).arg_max() or 0)
-        raise InputError(
-            data_label,
-            f"rows have between {int(counts.min())} and {n_negatives} hard negatives; training needs the same number on every row",
-            row=first + 1,
-            fix="give every row the same number of negatives, or map fewer negative columns",
-        )
+    counts = rows.get_column("negatives").list.len().fill_null(0).to_numpy().astype(np.int64)
+    n_negatives = int(counts.max()) if counts.size else 0
+    padded = np.arange(n_negatives)[None, :] >= counts[:, None]
     columns: dict[str, list] = {
         "anchor": rows.get_column("anchor").to_list(),
         "positive": rows.get_column("positive").to_list(),
     }
+    negatives = rows.get_column("negatives")
     for k in range(n_negatives):
-        columns[f"negative_{k + 1}"] = rows.get_column("negatives").list.get(k).to_list()
+        columns[f"negative_{k + 1}"] = negatives.list.get(k, null_on_oob=True).fill_null(PAD_TEXT).to_list()
     columns["label"] = list(range(rows.height))
-    return TrainingData(
+    data = TrainingData(
         dataset=Dataset.from_dict(columns),
         row_ids=rows.get_column("id").cast(pl.String).to_list(),
         n_negatives=n_negatives,
         rows=rows,
+        padded=padded,
     )
+    if data.padded_negatives:
+        LOG.info(
+            "%s: %d of %d rows have fewer than %d hard negatives; %d missing cells padded and masked in the loss",
+            data_label,
+            data.padded_rows,
+            rows.height,
+            n_negatives,
+            data.padded_negatives,
+        )
+    return data
 
 
 def manifest_dataset(

@@ -13,6 +13,10 @@ manifest masks or marks as positives, and:
   ``multi_positive="mean"``: ``-(1/|P|) sum_{p in P} log softmax_p``; ``multi_positive="off"``: the marked
   positives are masked instead (they leave the denominator, only the labelled positive is a target).
   With a single positive all three equal the standard loss.
+
+Rows with fewer hard negatives than others are padded by ``manifest_dataset`` (``TrainingData.padded``);
+their padded cells are excluded from every anchor's softmax like a structural exclusion, so a ragged
+dataset trains on every row and every real negative.
 """
 
 from __future__ import annotations
@@ -39,12 +43,17 @@ class MaskedMultipleNegativesRankingLoss(nn.Module):
         model: the SentenceTransformer being trained.
         manifest: the manifest (``read_manifest(path)``) whose masks and positives apply, or prebuilt
             :class:`Relations`.
-        row_ids: the data's row ids in dataset order (dataset row i has id ``row_ids[i]``); the dataset's
-            ``label`` column holds row indices (see :func:`contrast_audit.train.data.manifest_dataset`).
+        row_ids: the :class:`~contrast_audit.train.data.TrainingData` that ``manifest_dataset`` returns (its
+            row ids, number of hard negatives and padded cells are taken from it), or just the data's row
+            ids in dataset order (dataset row i has id ``row_ids[i]``); the dataset's ``label`` column holds
+            row indices (see :func:`contrast_audit.train.data.manifest_dataset`).
         scale: similarities are multiplied by ``scale`` (= 1/temperature) before the softmax.
         directions, partition_mode, gather_across_devices: as in ``MultipleNegativesRankingLoss``.
         multi_positive: label normalisation for extra positives: ``"sum"``, ``"mean"`` or ``"off"``.
-        n_negatives: hard-negative columns per row (defaults to the most the manifest addresses).
+        n_negatives: hard-negative columns per row (taken from ``TrainingData``; else at least what the
+            manifest addresses).
+        padded: boolean (rows × n_negatives), True for padded hard-negative cells, which are never
+            candidates (taken from ``TrainingData``).
     """
 
     def __init__(
@@ -58,6 +67,7 @@ class MaskedMultipleNegativesRankingLoss(nn.Module):
         gather_across_devices: bool = False,
         multi_positive: MultiPositive = "sum",
         n_negatives: int = 8,
+        padded: np.ndarray | None = None,
     ) -> None:
         super().__init__()
         if not scale > 0:
@@ -79,13 +89,21 @@ class MaskedMultipleNegativesRankingLoss(nn.Module):
         self.partition_mode = partition_mode
         self.gather_across_devices = gather_across_devices
         self.multi_positive = multi_positive
+        data = row_ids if hasattr(row_ids, "row_ids") and hasattr(row_ids, "dataset") else None
+        if data is not None:
+            row_ids = data.row_ids
+            n_negatives = data.n_negatives
+            padded = data.padded if padded is None else padded
+        self.padded = None
+        if padded is not None and np.asarray(padded).any():
+            self.padded = np.asarray(padded, dtype=bool)
         if isinstance(manifest, Relations):
             self.relations = manifest
         else:
             if row_ids is None:
                 raise ValueError("row_ids is required with a manifest: the data's row ids in dataset order")
             self.relations = build_relations(manifest, row_ids, n_negatives)
-        self.last_batch: dict[str, int] = {"masked_pairs": 0, "extra_positives": 0}
+        self.last_batch: dict[str, int] = {"masked_pairs": 0, "extra_positives": 0, "padded_negatives": 0}
 
     @property
     def temperature(self) -> float:
@@ -135,6 +153,8 @@ class MaskedMultipleNegativesRankingLoss(nn.Module):
         own_q2d = torch.zeros_like(structural["query_to_doc"])
         own_q2d[row_idx, local] = True
         own["query_to_doc"] = own_q2d
+        padded_cols = self._padded_columns(doc_rows, doc_roles, device)
+        structural["query_to_doc"] |= padded_cols
         if "query_to_query" in self.directions:
             sims["query_to_query"] = self.similarity_fct(queries[local], queries)
             block = torch.zeros_like(sims["query_to_query"], dtype=torch.bool)
@@ -150,7 +170,7 @@ class MaskedMultipleNegativesRankingLoss(nn.Module):
         if "doc_to_doc" in self.directions:
             sims["doc_to_doc"] = self.similarity_fct(docs_all, docs[0][local]).T
             same = torch.eye(world, device=device, dtype=torch.bool)[local].repeat(1, n_cols)
-            structural["doc_to_doc"] = same
+            structural["doc_to_doc"] = same | padded_cols
             own["doc_to_doc"] = torch.zeros_like(same)
 
         masked_pairs = extra_positives = 0
@@ -175,13 +195,25 @@ class MaskedMultipleNegativesRankingLoss(nn.Module):
             # doc_to_query diagonal holds the same score and stays in the denominator, as in MNRL.
             target = own[direction] if (direction == "query_to_doc" or self.partition_mode == "per_direction") else None
             positives[direction] = rel_pos if target is None else target | rel_pos
-        self.last_batch = {"masked_pairs": masked_pairs, "extra_positives": extra_positives}
+        self.last_batch = {
+            "masked_pairs": masked_pairs,
+            "extra_positives": extra_positives,
+            "padded_negatives": int(padded_cols[0].sum()),
+        }
 
         if self.partition_mode == "joint":
             losses = self._anchor_losses(torch.cat(list(scores.values()), 1), torch.cat(list(positives.values()), 1))
         else:
             losses = torch.stack([self._anchor_losses(scores[d], positives[d]) for d in scores]).mean(0)
         return losses.mean()
+
+    def _padded_columns(self, doc_rows: np.ndarray, doc_roles: np.ndarray, device: torch.device) -> Tensor:
+        """A (1, columns) mask of the candidate columns that are padded hard-negative cells."""
+        out = np.zeros(doc_rows.shape[0], dtype=bool)
+        if self.padded is not None:
+            neg = doc_roles > 0
+            out[neg] = self.padded[doc_rows[neg], doc_roles[neg] - 1]
+        return torch.from_numpy(out)[None, :].to(device)
 
     def _anchor_losses(self, scores: Tensor, positive: Tensor) -> Tensor:
         """Per-anchor loss of one softmax over ``scores`` with the positive set ``positive``."""

@@ -42,6 +42,8 @@ class TrainResult:
     steps: int
     log: str
     records: list[dict[str, Any]] = field(default_factory=list)
+    padded_negatives: int = 0
+    padded_rows: int = 0
 
 
 def make_trainer_class():
@@ -189,11 +191,10 @@ def train(
     loss = MaskedMultipleNegativesRankingLoss(
         st_model,
         plan,
-        training.row_ids,
+        training,
         scale=scale,
         directions=plan.directions,
         multi_positive=multi_positive,  # type: ignore[arg-type]
-        n_negatives=training.n_negatives,
     )
     sampler = ManifestBatchSampler.factory(plan, training.row_ids)
     batch_size = max(max(b.ranks) for b in plan.batches)
@@ -229,6 +230,10 @@ def train(
         "seed": seed,
         "epochs": n_epochs,
         "max_steps": max_steps,
+        "rows": training.rows.height,
+        "hard_negatives_per_row": training.n_negatives,
+        "padded_rows": training.padded_rows,
+        "padded_negatives": training.padded_negatives,
     }
     common = {"scale": scale, "temperature": 1.0 / scale, "normalisation": multi_positive}
     lines = [header] + [{**r, **common, "directions": list(plan.directions)} for r in records]
@@ -238,4 +243,11 @@ def train(
         write_atomic(directory / LOG_NAME, text)
 
     save_model_atomic(st_model, out, write_log)
-    return TrainResult(out=out, steps=len(records), log=str(Path(out) / LOG_NAME), records=records)
+    return TrainResult(
+        out=out,
+        steps=len(records),
+        log=str(Path(out) / LOG_NAME),
+        records=records,
+        padded_negatives=training.padded_negatives,
+        padded_rows=training.padded_rows,
+    )

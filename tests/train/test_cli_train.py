@@ -272,3 +272,23 @@ class TestEvalInputs:
         )
         relevant = read_qrels(str(tmp_path / "qrels.tsv"))
         assert relevant == {'"q0': {"d0"}, "q1": {"d1"}, "q2": {"d" * 200_000}}
+
+
+@pytest.mark.slow
+def test_train_pads_a_ragged_mined_set_and_says_how_many(tmp_path):
+    # a mined set: the third row's query had two negatives mined, some rows one, some none
+    rows = topic_rows()
+    for i, row in enumerate(rows):
+        del row["negative"]
+        row["negatives"] = [f"mined note {i}.{k} on cooking" for k in range(i % 3)]
+    write_rows(tmp_path / "pairs.jsonl", rows)
+    assert RUNNER.invoke(app, lexical_manifest()).exit_code == 0
+    result = RUNNER.invoke(
+        app, ["train", "pairs.jsonl", "--manifest", "mask.jsonl", "--out", "model", "--max-steps", "2"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "9 missing hard negatives of 6 rows padded and masked" in result.output
+    log = [json.loads(line) for line in (tmp_path / "model" / "training-log.jsonl").read_text().splitlines()]
+    assert (log[0]["hard_negatives_per_row"], log[0]["padded_rows"], log[0]["padded_negatives"]) == (2, 6, 9)
+    # the first batch's padded cells are counted as excluded; every row of it trained
+    assert all(r["padded_negatives"] > 0 for r in log[1:]) and len(log) == 3

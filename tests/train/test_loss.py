@@ -71,7 +71,7 @@ def test_masked_in_batch_and_hard_negative_match_hand_value():
     m = manifest({"query_to_doc": [(0, 1, "positive"), (0, 2, "negative_1"), (1, 1, "negative_1")]})
     loss, value, _ = run_loss(m)
     assert value.item() == pytest.approx(hand_loss(20.0, {0: {1, 5}, 1: {4}}), rel=1e-9)
-    assert loss.last_batch == {"masked_pairs": 3, "extra_positives": 0}
+    assert loss.last_batch == {"masked_pairs": 3, "extra_positives": 0, "padded_negatives": 0}
 
 
 def test_anchor_with_every_negative_masked_has_zero_finite_loss_and_finite_gradients():
@@ -85,6 +85,35 @@ def test_anchor_with_every_negative_masked_has_zero_finite_loss_and_finite_gradi
     # anchor 0 adds exactly 0 (its positive is the only candidate left); the others are unchanged
     _, value20, _ = run_loss(m)
     assert value20.item() == pytest.approx(hand_loss(20.0, {0: {1, 2, 3, 4, 5}}), rel=1e-9)
+
+
+def test_padded_hard_negatives_leave_every_anchors_softmax():
+    # row 2 has no hard negative (its cell is padding): column 5 is no candidate for any anchor
+    padded = np.array([[False], [False], [True], [False]])
+    loss = MaskedMultipleNegativesRankingLoss(None, manifest(), IDS, n_negatives=1, padded=padded)
+    emb = embeddings()
+    value = loss.compute_loss_from_embeddings(emb, torch.tensor([0, 1, 2]))
+    assert value.item() == pytest.approx(hand_loss(20.0, {0: {5}, 1: {5}, 2: {5}}), rel=1e-9)
+    assert loss.last_batch["padded_negatives"] == 1
+    # the same rows in another order: the padding follows the row, not the position
+    value = loss.compute_loss_from_embeddings([e[[2, 0, 1]] for e in embeddings()], torch.tensor([2, 0, 1]))
+    assert value.item() == pytest.approx(hand_loss(20.0, {0: {5}, 1: {5}, 2: {5}}), rel=1e-9)
+    # with a manifest mask on top, both apply
+    m = manifest({"query_to_doc": [(0, 1, "positive")]})
+    loss = MaskedMultipleNegativesRankingLoss(None, m, IDS, n_negatives=1, padded=padded)
+    value = loss.compute_loss_from_embeddings(embeddings(), torch.tensor([0, 1, 2]))
+    assert value.item() == pytest.approx(hand_loss(20.0, {0: {1, 5}, 1: {5}, 2: {5}}), rel=1e-9)
+
+
+def test_the_loss_takes_training_data_with_its_padding(tmp_path):
+    from contrast_audit.train.data import TrainingData
+
+    padded = np.array([[False], [False], [True], [False]])
+    data = TrainingData(dataset=[None] * 4, row_ids=IDS, n_negatives=1, rows=None, padded=padded)
+    loss = MaskedMultipleNegativesRankingLoss(None, manifest(), data)
+    value = loss.compute_loss_from_embeddings(embeddings(), torch.tensor([0, 1, 2]))
+    assert value.item() == pytest.approx(hand_loss(20.0, {0: {5}, 1: {5}, 2: {5}}), rel=1e-9)
+    assert loss.relations.n_roles == 2
 
 
 def test_the_labelled_positive_is_never_masked():
@@ -110,7 +139,7 @@ def test_multi_positive_normalisation(mode):
     m = manifest(positives={"query_to_doc": [(0, 1, "positive"), (0, 1, "negative_1")]})
     loss, value, _ = run_loss(m, multi_positive=mode)
     assert value.item() == pytest.approx(hand_loss(20.0, {}, {0: {1, 4}}, mode=mode), rel=1e-9)
-    assert loss.last_batch == {"masked_pairs": 0, "extra_positives": 2}
+    assert loss.last_batch == {"masked_pairs": 0, "extra_positives": 2, "padded_negatives": 0}
 
 
 def test_multi_positive_sum_and_mean_differ_and_off_masks_instead():

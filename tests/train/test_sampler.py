@@ -8,6 +8,7 @@ from support_manifest import write_manifest
 from contrast_audit.errors import InputError
 from contrast_audit.train import ManifestBatchSampler, manifest_dataset
 from contrast_audit.train._manifest import read_manifest
+from contrast_audit.train.data import PAD_TEXT
 
 
 def rows(n: int, negatives: int = 1) -> list[dict]:
@@ -89,15 +90,22 @@ def test_fingerprint_mismatch_names_both(tmp_path, pairs_file):
     assert len(set(actual)) == 2
 
 
-def test_uneven_negative_counts_are_refused(tmp_path, pairs_file):
+def test_uneven_negative_counts_are_padded_and_recorded(tmp_path, pairs_file, caplog):
     r = [
         {"id": "a", "anchor": "x", "positive": "y", "negatives": ["n1", "n2"]},
         {"id": "b", "anchor": "z", "positive": "w", "negatives": ["n3"]},
+        {"id": "c", "anchor": "v", "positive": "u"},
     ]
     data = pairs_file(r)
-    manifest = read_manifest(write_manifest(tmp_path / "m.jsonl", data, [{"rows": ["a", "b"]}]))
-    with pytest.raises(InputError, match="same number"):
-        manifest_dataset(str(data), manifest)
+    manifest = read_manifest(write_manifest(tmp_path / "m.jsonl", data, [{"rows": ["a", "b", "c"]}]))
+    with caplog.at_level("INFO", logger="contrast_audit.train"):
+        training = manifest_dataset(str(data), manifest)
+    assert training.n_negatives == 2 and training.dataset.num_rows == 3
+    assert training.dataset["negative_1"] == ["n1", "n3", PAD_TEXT]
+    assert training.dataset["negative_2"] == ["n2", PAD_TEXT, PAD_TEXT]
+    assert training.padded.tolist() == [[False, False], [False, True], [True, True]]
+    assert (training.padded_rows, training.padded_negatives) == (2, 3)
+    assert "3 missing cells padded" in caplog.text
 
 
 def test_not_a_manifest(tmp_path):
