@@ -45,6 +45,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.train.cisi import manifest_plan  # the batches and masked triples of a manifest file
+
 SETTINGS = ("naive", "no-duplicates", "gist", "tool-mask", "tool-balance", "tool-cluster")
 TOOL = {
     "tool-mask": {"strategy": "mask"},
@@ -177,19 +179,6 @@ def false_negatives(meta: dict, batch: np.ndarray) -> list[tuple[int, int, int]]
             if rc["neg"] in judged:
                 out.append((a, c, 1))
     return out
-
-
-def manifest_batches(path: Path, meta: dict) -> tuple[list[np.ndarray], list[set[tuple[int, int, int]]]]:
-    index = {r["id"]: i for i, r in enumerate(meta["rows"])}
-    batches, masks = [], []
-    with path.open() as handle:
-        next(handle)
-        for line in handle:
-            obj = json.loads(line)
-            batches.append(np.asarray([index[i] for i in obj["rows"]], dtype=np.int64))
-            entries = obj.get("mask", {}).get("query_to_doc", [])
-            masks.append({(e[0], e[1], int(e[2].rsplit("_", 1)[1]) if len(e) > 2 else 0) for e in entries})
-    return batches, masks
 
 
 def fn_stats(meta: dict, work: Path, batches: list[np.ndarray], masks=None, gist: bool = False) -> dict:
@@ -386,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
                         tool_manifest(path, setting, seed, work, args)
                     if not path.exists():
                         continue
-                    batches, masks = manifest_batches(path, meta)
+                    batches, masks = manifest_plan(path, meta)
                     stats[name][f"{setting}-{seed}"] = fn_stats(meta, work, batches, masks)
                 elif setting == "no-duplicates":
                     stats[name][f"{setting}-{seed}"] = fn_stats(
