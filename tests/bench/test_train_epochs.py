@@ -51,14 +51,14 @@ def test_gist_leaves_candidates_its_guide_scores_no_higher_than_the_positive(tmp
     assert stats["left_per_anchor"] == 3 / 3
 
 
-def test_manifest_batches_read_rows_and_masks(tmp_path: Path):
+def test_manifest_plan_reads_rows_and_masks(tmp_path: Path):
     path = tmp_path / "m.jsonl"
     lines = [
         {"kind": "contrast-audit-manifest"},
         {"batch": 0, "epoch": 0, "rows": ["q2-dc", "q1-da"], "mask": {"query_to_doc": [[1, 0, "negative_1"], [0, 1]]}},
     ]
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    batches, masks = epochs.manifest_batches(path, META)
+    batches, masks = epochs.manifest_plan(path, META)
     assert batches[0].tolist() == [2, 0] and masks == [{(1, 0, 1), (0, 1, 0)}]
 
 
