@@ -35,10 +35,6 @@ from bench.judged.common import (
 )
 
 
-def stratum(f: dict[str, Any]) -> str:
-    return f["severity"]
-
-
 def draw(name: str, data: Path, work: Path, seed: int, args: argparse.Namespace, judged: set[str]) -> list[dict]:
     pairs = natural.build(name, data, work)
     rows = read_rows(pairs)
@@ -54,20 +50,21 @@ def draw(name: str, data: Path, work: Path, seed: int, args: argparse.Namespace,
     by: dict[str, list[dict]] = defaultdict(list)
     for f in findings_with_texts(report, rows):
         if f["key"] not in judged:
-            by[stratum(f)].append(f)
+            by[f["severity"]].append(f)
     out: list[dict] = []
     seen: set[str] = set()
     for key in sorted(by):
         items = by[key]
         rng.shuffle(items)
+        cap, taken = args.cap.get(key, args.per_severity), 0
         for f in items:
-            cap = args.cap.get(key, args.per_severity)
-            if len([o for o in out if o["sampled_as"]["stratum"] == key]) >= cap:
+            if taken >= cap:
                 break
             if f["key"] in seen:
                 continue
             seen.add(f["key"])
             out.append(record(name, seed, f, key, "finding", args))
+            taken += 1
     unflagged = [n for n in negs if not n["flagged"]]
     for n in unflagged[: args.unflagged]:
         anchor = n["anchor_text"] if not n["direction"].startswith("doc_to") else n["positive_text"]

@@ -42,6 +42,7 @@ from bench.judged.common import (
 )
 
 GATED = ("certain", "likely")
+GATED_RANK = {"certain": 2, "likely": 1, "suspect": 0}
 BY_CONSTRUCTION = ("exact", "same-anchor", "declared", "linked: one hop from the anchor")
 
 
@@ -101,9 +102,6 @@ def tally(name: str, findings: list[dict], judged: dict[str, dict], seeds: list[
         "equivalent": len(equivalent),
         "kept": kept,
     }
-
-
-GATED_RANK = {"certain": 2, "likely": 1, "suspect": 0}
 
 
 def render(results: list[dict[str, Any]], command: str) -> str:

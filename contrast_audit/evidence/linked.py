@@ -49,10 +49,11 @@ class LinkedDetector:
     def prepare(self, corpus: Corpus) -> None:
         self.corpus = corpus
         if self.store is not None:
-            s, a, p = self.store, corpus.anchor, corpus.positive
-            s.prepare(corpus)
-            own = a != p
-            cos = s.cosine(s.query, s.doc, a[own], p[own]) if own.any() else np.zeros(0, dtype=np.float32)
+            from contrast_audit.evidence.embedding import row_positive_scores
+
+            self.store.prepare(corpus)
+            # The rows' own sim(anchor, positive), shared with the margin rule (computed once per store).
+            cos = row_positive_scores(self.store, corpus, from_doc=False)[corpus.anchor != corpus.positive]
             bar = float(np.quantile(cos, NEAR_QUANTILE)) if cos.shape[0] >= MIN_ROWS else NEAR_FLOOR
             self.near_bar = round(max(NEAR_FLOOR, bar), 4)
         n = corpus.n_texts

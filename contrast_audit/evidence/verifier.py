@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from contrast_audit.calibration import random_row_pairs
 from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, Corpus
 from contrast_audit.errors import ModelError
 from contrast_audit.evidence.base import LIKELY, SUSPECT, Hits, Pairs
@@ -90,9 +91,7 @@ class Verifier:
         rng = np.random.default_rng(self.seed)
         if own.shape[0] > CALIBRATION_PAIRS:
             own = np.sort(rng.choice(own, CALIBRATION_PAIRS, replace=False))
-        n = corpus.n_rows
-        i = rng.integers(0, max(n, 1), own.shape[0])
-        j = (i + rng.integers(1, max(n, 2), own.shape[0])) % max(n, 1)
+        i, j = random_row_pairs(corpus.n_rows, own.shape[0], self.seed)
         positive = self.score(texts.gather(corpus.anchor[own]).to_list(), texts.gather(corpus.positive[own]).to_list())
         random = self.score(texts.gather(corpus.anchor[i]).to_list(), texts.gather(corpus.positive[j]).to_list())
         if self.explicit is None:
