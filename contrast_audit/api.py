@@ -20,6 +20,8 @@ from contrast_audit.evidence import REGISTRY, SEVERITIES, Detector, default_dete
 from contrast_audit.io import LoadResult, load_rows
 from contrast_audit.io.load import expand_paths
 from contrast_audit.judge import Judgement, candidate_counts, judge
+from contrast_audit.manifest.format import check_fingerprint, read_manifest
+from contrast_audit.manifest.replay import is_manifest_file, manifest_plan, mark_masked
 from contrast_audit.overlap import (
     OVERLAP_SCHEMA,
     OVERLAP_TEXTS,
@@ -32,8 +34,6 @@ from contrast_audit.overlap import (
     with_existing_rows,
 )
 from contrast_audit.plan import Plan, make_plan, read_plan_file
-from contrast_audit.plan.manifest import check_fingerprint, read_manifest
-from contrast_audit.plan.masking import is_manifest_file, manifest_plan, mark_masked
 
 SCHEMA_VERSION = "2"  # docs/report.md, "Versions"
 

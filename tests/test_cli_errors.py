@@ -431,7 +431,7 @@ class TestEmptyTextsByDefault:
         assert result.exit_code == 2 and "p.jsonl:3:" in result.stderr and "null" in result.stderr
 
     def test_a_manifest_of_data_with_empty_rows_trains_on_the_same_rows(self, tmp_path: Path) -> None:
-        from contrast_audit.plan.manifest import read_manifest
+        from contrast_audit.manifest.format import read_manifest
         from contrast_audit.train.data import manifest_dataset
 
         _write(tmp_path / "p.jsonl", _rows(6) + '{"anchor": "?", "positive": "y"}\n')

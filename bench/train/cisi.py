@@ -340,8 +340,8 @@ def run_one(setting: str, seed: int, meta: dict, work: Path, args) -> dict:
     from sentence_transformers.base.sampler import BatchSamplers
     from sentence_transformers.sentence_transformer.losses import GISTEmbedLoss, MultipleNegativesRankingLoss
 
+    from contrast_audit.manifest.format import read_manifest
     from contrast_audit.train import ManifestBatchSampler, MaskedMultipleNegativesRankingLoss, manifest_dataset
-    from contrast_audit.train._manifest import read_manifest
     from contrast_audit.train.evaluate import evaluate_model
     from contrast_audit.train.trainer import fit
 
@@ -475,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from contrast_audit.config import ColumnMapping
     from contrast_audit.io.load import load_rows
-    from contrast_audit.train._manifest import data_fingerprint
+    from contrast_audit.manifest.format import data_fingerprint
 
     fingerprint = data_fingerprint(load_rows([str(work / "data.jsonl")], ColumnMapping()).rows)
     n = len(meta["rows"])

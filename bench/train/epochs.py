@@ -241,7 +241,7 @@ def run_one(setting: str, seed: int, meta: dict, work: Path, args) -> dict:
     from sentence_transformers.sentence_transformer.losses import GISTEmbedLoss, MultipleNegativesRankingLoss
 
     from contrast_audit.train import ManifestBatchSampler, MaskedMultipleNegativesRankingLoss, manifest_dataset
-    from contrast_audit.train._manifest import read_manifest
+    from contrast_audit.manifest.format import read_manifest
     from contrast_audit.train.trainer import fit
 
     torch.manual_seed(seed)

@@ -23,7 +23,7 @@ import polars as pl
 from contrast_audit.config import ColumnMapping
 from contrast_audit.errors import InputError
 from contrast_audit.io.load import load_rows
-from contrast_audit.train._manifest import Manifest, check_fingerprint
+from contrast_audit.manifest.format import Manifest, check_fingerprint
 
 LOG = logging.getLogger("contrast_audit.train")
 PAD_TEXT = ""  # the text of a padded hard-negative cell; the masked loss never scores it

@@ -30,7 +30,7 @@ from sentence_transformers.base.losses.merged_forward import embed_columns
 from sentence_transformers.util import all_gather, all_gather_with_grad, cos_sim, get_rank
 from torch import Tensor, nn
 
-from contrast_audit.train._manifest import Manifest
+from contrast_audit.manifest.format import Manifest
 from contrast_audit.train.relations import DIRECTIONS, Relations, build_relations
 
 MultiPositive = Literal["sum", "mean", "off"]

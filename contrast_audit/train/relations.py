@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from contrast_audit.errors import InputError
-from contrast_audit.train._manifest import Manifest, default_role
+from contrast_audit.manifest.format import Manifest, default_role
 
 DIRECTIONS = ("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc")
 _NEGATIVE = re.compile(r"^negative_(\d+)$")

@@ -16,7 +16,7 @@ import numpy as np
 from sentence_transformers.base.sampler import DefaultBatchSampler
 
 from contrast_audit.errors import InputError
-from contrast_audit.train._manifest import Manifest
+from contrast_audit.manifest.format import Manifest
 
 
 def device_batches(manifest: Manifest, row_ids: Sequence[str]) -> dict[int, list[list[int]]]:

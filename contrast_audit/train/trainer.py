@@ -22,7 +22,7 @@ import torch
 
 from contrast_audit.errors import AuditError, ConfigError
 from contrast_audit.io.atomic import write_atomic
-from contrast_audit.train._manifest import Manifest, read_manifest
+from contrast_audit.manifest.format import Manifest, read_manifest
 
 LOG_NAME = "training-log.jsonl"
 LOG_KIND = "contrast-audit-training-log"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from contrast_audit.config import ColumnMapping
 from contrast_audit.io.load import load_rows
-from contrast_audit.train._manifest import data_fingerprint
+from contrast_audit.manifest.format import data_fingerprint
 
 
 def write_manifest(

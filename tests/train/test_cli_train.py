@@ -169,7 +169,7 @@ def test_a_non_finite_loss_stops_training_with_exit_2_naming_the_step(tmp_path, 
 
 @pytest.mark.slow
 def test_the_trainer_sees_the_manifest_batches_of_every_epoch(tmp_path, monkeypatch):
-    from contrast_audit.train._manifest import read_manifest
+    from contrast_audit.manifest.format import read_manifest
     from contrast_audit.train.loss import MaskedMultipleNegativesRankingLoss
     from contrast_audit.train.trainer import train
 

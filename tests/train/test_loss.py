@@ -10,7 +10,7 @@ import torch
 from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
 import contrast_audit.train.loss as loss_module
-from contrast_audit.train._manifest import Manifest, ManifestBatch
+from contrast_audit.manifest.format import Manifest, ManifestBatch
 from contrast_audit.train.loss import MaskedMultipleNegativesRankingLoss
 from contrast_audit.train.relations import build_relations, role_code
 

@@ -6,8 +6,8 @@ import pytest
 from support_manifest import write_manifest
 
 from contrast_audit.errors import InputError
+from contrast_audit.manifest.format import read_manifest
 from contrast_audit.train import ManifestBatchSampler, manifest_dataset
-from contrast_audit.train._manifest import read_manifest
 from contrast_audit.train.data import PAD_TEXT
 
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from contrast_audit.cli import app
 from contrast_audit.errors import InputError
-from contrast_audit.plan.manifest import data_fingerprint, read_manifest
+from contrast_audit.manifest.format import data_fingerprint, read_manifest
 
 LEXICAL = ("--no-embeddings",)
 
@@ -345,7 +345,7 @@ class TestTamperedManifests:
     def test_the_schema_accepts_what_manifest_writes(self, made):
         import jsonschema
 
-        from contrast_audit.plan.manifest import HEADER_SCHEMA
+        from contrast_audit.manifest.format import HEADER_SCHEMA
 
         _, path = made
         jsonschema.Draft202012Validator(HEADER_SCHEMA).validate(json.loads(path.read_text().splitlines()[0]))

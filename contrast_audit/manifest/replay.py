@@ -1,4 +1,5 @@
-"""Between judged findings and manifest entries: positions in global batches, both ways."""
+"""A manifest read back: its batches as a plan (``scan --plan manifest.jsonl``) and the judged findings it
+masks or marks as positives, matched by their positions in global batches."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import polars as pl
 
 from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE
 from contrast_audit.judge import Judgement
+from contrast_audit.manifest.format import Manifest, is_manifest_header
 from contrast_audit.plan.batches import GlobalBatches, Plan
-from contrast_audit.plan.manifest import Manifest, is_manifest_header
 
 _ROLE_CODE_SCHEMA = {"batch": pl.Int64, "direction": pl.String, "anchor_row": pl.Int64, "cand_row": pl.Int64}
 

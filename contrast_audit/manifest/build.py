@@ -24,12 +24,12 @@ from contrast_audit.corpus import POSITIVE_ROLE, role_name
 from contrast_audit.errors import ConfigError
 from contrast_audit.evidence import SEVERITIES, SEVERITY_NAMES, Detector
 from contrast_audit.judge import Judgement
+from contrast_audit.manifest.format import KIND, SCHEMA_VERSION, STRATEGIES, Manifest, ManifestBatch, data_fingerprint
+from contrast_audit.manifest.replay import with_positions
 from contrast_audit.plan import Plan, make_plan, read_plan_file
 from contrast_audit.plan.balance import balance_batches, quotas, units_of
 from contrast_audit.plan.cluster import Clustering, cluster_sequence, kmeans
 from contrast_audit.plan.grouped import Relations, batch_capacities, rank_sizes, separate, together
-from contrast_audit.plan.manifest import KIND, SCHEMA_VERSION, STRATEGIES, Manifest, ManifestBatch, data_fingerprint
-from contrast_audit.plan.masking import with_positions
 
 SEVERITY_RANK = {name: rank for rank, name in SEVERITY_NAMES.items()}
 
