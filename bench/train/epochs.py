@@ -21,7 +21,10 @@ Settings, all from the same start model, rows, epochs, batch size, learning rate
   as naive, false negatives masked) + ``MaskedMultipleNegativesRankingLoss``;
 - ``tool-balance``: the same with ``--balance 1`` (rows of one anchor spread over the epoch's batches);
 - ``tool-cluster``: ``--strategy cluster --balance 1`` (topic-hard batches from k-means on the anchors'
-  embeddings, false negatives masked).
+  embeddings, false negatives masked);
+- ``tool-weight``: the ``tool-mask`` manifest with a per-anchor weight in the loss instead of a batch bound:
+  each row's term is weighted by ``1 / (rows of its query)``, scaled to a mean of 1 over the rows, so every
+  training query carries the same share of an epoch's loss (``AnchorWeightedLoss``, measured here only).
 
 False negatives are counted from the judgments: per anchor, the in-batch candidates (other rows'
 positives, every row's hard negative) judged relevant to the anchor's query; "left" are those not masked
@@ -47,11 +50,12 @@ import numpy as np
 
 from bench.train.cisi import manifest_plan  # the batches and masked triples of a manifest file
 
-SETTINGS = ("naive", "no-duplicates", "gist", "tool-mask", "tool-balance", "tool-cluster")
+SETTINGS = ("naive", "no-duplicates", "gist", "tool-mask", "tool-balance", "tool-cluster", "tool-weight")
 TOOL = {
     "tool-mask": {"strategy": "mask"},
     "tool-balance": {"strategy": "mask", "balance": 1},
     "tool-cluster": {"strategy": "cluster", "balance": 1},
+    "tool-weight": {"strategy": "mask"},
 }
 HOLDOUT_SEED = 13
 SAMPLE_SEED = 7
@@ -240,8 +244,8 @@ def run_one(setting: str, seed: int, meta: dict, work: Path, args) -> dict:
     from sentence_transformers.base.sampler import BatchSamplers
     from sentence_transformers.sentence_transformer.losses import GISTEmbedLoss, MultipleNegativesRankingLoss
 
-    from contrast_audit.train import ManifestBatchSampler, MaskedMultipleNegativesRankingLoss, manifest_dataset
     from contrast_audit.manifest.format import read_manifest
+    from contrast_audit.train import ManifestBatchSampler, MaskedMultipleNegativesRankingLoss, manifest_dataset
     from contrast_audit.train.trainer import fit
 
     torch.manual_seed(seed)
@@ -249,7 +253,10 @@ def run_one(setting: str, seed: int, meta: dict, work: Path, args) -> dict:
     if setting in TOOL:
         plan = read_manifest(work / "manifests" / f"{setting}-{seed}.jsonl")
         data = manifest_dataset(str(work / "data.jsonl"), plan)
-        loss = MaskedMultipleNegativesRankingLoss(model, plan, data, scale=args.scale)
+        if setting == "tool-weight":
+            loss = AnchorWeightedLoss(model, plan, data, scale=args.scale, weights=query_weights(meta, data.row_ids))
+        else:
+            loss = MaskedMultipleNegativesRankingLoss(model, plan, data, scale=args.scale)
         sampler = ManifestBatchSampler.factory(plan, data.row_ids)
         dataset = data.dataset
     else:
@@ -287,6 +294,42 @@ def run_one(setting: str, seed: int, meta: dict, work: Path, args) -> dict:
         "seconds": round(time.perf_counter() - started, 1),
         "metrics": metrics,
     }
+
+
+def query_weights(meta: dict, row_ids) -> np.ndarray:
+    """Per dataset row: ``1 / (rows of its query)``, scaled to a mean of 1 (every query weighs the same)."""
+    query_of = {r["id"]: r["query"] for r in meta["rows"]}
+    sizes = collections.Counter(query_of.values())
+    w = np.array([1.0 / sizes[query_of[str(i)]] for i in row_ids])
+    return w * (w.size / w.sum())
+
+
+def _weighted_loss_class():
+    from contrast_audit.train import MaskedMultipleNegativesRankingLoss
+
+    class AnchorWeightedLoss(MaskedMultipleNegativesRankingLoss):
+        """The masked loss with each anchor's term multiplied by a fixed per-row weight."""
+
+        def __init__(self, *args, weights: np.ndarray, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            import torch
+
+            self.weights = torch.as_tensor(weights, dtype=torch.float32)
+            self._rows = None
+
+        def compute_loss_from_embeddings(self, embeddings, labels):
+            self._rows = labels
+            return super().compute_loss_from_embeddings(embeddings, labels)
+
+        def _anchor_losses(self, scores, positive):
+            losses = super()._anchor_losses(scores, positive)
+            return losses * self.weights[self._rows.cpu()].to(losses.device)
+
+    return AnchorWeightedLoss
+
+
+def AnchorWeightedLoss(*args, **kwargs):  # noqa: N802 - a class built on first use (torch imports lazily)
+    return _weighted_loss_class()(*args, **kwargs)
 
 
 def evaluate(model, meta: dict, args) -> dict:

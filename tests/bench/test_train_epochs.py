@@ -80,3 +80,31 @@ def test_each_tool_setting_writes_its_manifest(tmp_path: Path, setting: str):
     header = json.loads(out.read_text().splitlines()[0])
     assert header["strategy"] == epochs.TOOL[setting]["strategy"]
     assert ("balance" in header) == ("balance" in epochs.TOOL[setting])
+
+
+def test_query_weights_give_every_query_the_same_share():
+    w = epochs.query_weights(META, ["q1-da", "q1-db", "q2-dc"])
+    assert w.mean() == pytest.approx(1.0)
+    assert w[0] == w[1] and w[0] + w[1] == pytest.approx(w[2])
+
+
+def test_anchor_weighted_loss_weights_each_anchors_term():
+    import torch
+
+    from contrast_audit.train import MaskedMultipleNegativesRankingLoss
+    from contrast_audit.train.relations import Relations
+
+    relations = Relations(n_rows=3, n_roles=2, masked={}, positives={})
+    torch.manual_seed(0)
+    q = torch.nn.functional.normalize(torch.randn(3, 4), dim=1)
+    d = torch.nn.functional.normalize(torch.randn(3, 4), dim=1)
+    labels = torch.tensor([0, 1, 2])
+    plain = MaskedMultipleNegativesRankingLoss(torch.nn.Identity(), relations, scale=20.0)
+    weights = np.array([0.5, 0.5, 2.0])
+    weighted = epochs.AnchorWeightedLoss(torch.nn.Identity(), relations, scale=20.0, weights=weights)
+    per_anchor = -torch.log_softmax(20.0 * q @ d.T, dim=1).diagonal()
+    assert plain.compute_loss_from_embeddings([q, d], labels).item() == pytest.approx(
+        per_anchor.mean().item(), rel=1e-5
+    )
+    got = weighted.compute_loss_from_embeddings([q, d], labels).item()
+    assert got == pytest.approx((per_anchor * torch.tensor([0.5, 0.5, 2.0])).mean().item(), rel=1e-5)
