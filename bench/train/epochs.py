@@ -24,7 +24,10 @@ Settings, all from the same start model, rows, epochs, batch size, learning rate
   embeddings, false negatives masked);
 - ``tool-weight``: the ``tool-mask`` manifest with a per-anchor weight in the loss instead of a batch bound:
   each row's term is weighted by ``1 / (rows of its query)``, scaled to a mean of 1 over the rows, so every
-  training query carries the same share of an epoch's loss (``AnchorWeightedLoss``, measured here only).
+  training query carries the same share of an epoch's loss (``AnchorWeightedLoss``, measured here only);
+- ``tool-margin``: ``--strategy mask --margin --absolute-margin 0 --mask-severity suspect``: the manifest also
+  masks every candidate the start model scores above the anchor's own positive (the margin rule at margin 0,
+  GISTEmbedLoss's exclusion with the start model as guide), written down once instead of computed per batch.
 
 False negatives are counted from the judgments: per anchor, the in-batch candidates (other rows'
 positives, every row's hard negative) judged relevant to the anchor's query; "left" are those not masked
@@ -50,13 +53,25 @@ import numpy as np
 
 from bench.train.cisi import manifest_plan  # the batches and masked triples of a manifest file
 
-SETTINGS = ("naive", "no-duplicates", "gist", "tool-mask", "tool-balance", "tool-cluster", "tool-weight")
+SETTINGS = (
+    "naive",
+    "no-duplicates",
+    "gist",
+    "tool-mask",
+    "tool-balance",
+    "tool-cluster",
+    "tool-weight",
+    "tool-margin",
+)
 TOOL = {
     "tool-mask": {"strategy": "mask"},
     "tool-balance": {"strategy": "mask", "balance": 1},
     "tool-cluster": {"strategy": "cluster", "balance": 1},
     "tool-weight": {"strategy": "mask"},
+    "tool-margin": {"strategy": "mask", "mask_severity": "suspect"},
 }
+# Settings (build_config keys) a tool setting adds to the defaults.
+TOOL_SETTINGS = {"tool-margin": {"margin": True, "absolute_margin": 0.0, "relative_margin": None}}
 HOLDOUT_SEED = 13
 SAMPLE_SEED = 7
 
@@ -229,7 +244,9 @@ def tool_manifest(path: Path, setting: str, seed: int, work: Path, args) -> None
     from contrast_audit.manifest import build_manifest
 
     options = dict(TOOL[setting])
-    cfg = build_config({"batch_size": args.batch_size, "seed": seed, "epochs": args.epochs})
+    cfg = build_config(
+        {"batch_size": args.batch_size, "seed": seed, "epochs": args.epochs, **TOOL_SETTINGS.get(setting, {})}
+    )
     started = time.perf_counter()
     result = build_manifest([str(work / "data.jsonl")], cfg, **options)
     write_atomic(path, result.render())
