@@ -1053,8 +1053,9 @@ def train(
             if result.padded_negatives
             else ""
         )
+        weighted = f"; the manifest's {result.weight.get('by', 'row')} weights applied" if result.weight else ""
         _stderr().print(
-            f"contrast-audit: trained {result.steps} steps (scale {scale:g}, temperature {1 / scale:g}){padded}; model written to {out}, log {result.log}",
+            f"contrast-audit: trained {result.steps} steps (scale {scale:g}, temperature {1 / scale:g}){weighted}{padded}; model written to {out}, log {result.log}",
             markup=False,
         )
     raise typer.Exit(EXIT_OK)

@@ -2,16 +2,20 @@
 
 JSON Lines. The first line is a header (schema version, data fingerprint, column mapping, plan, loss and
 detector settings, strategy, counts); then one line per global batch, in training order:
-``{"batch": g, "epoch": e, "rows": [id, ...], "ranks": [n_0, ...], "mask": {direction: [entry, ...]},
-"positives": {direction: [entry, ...]}}``. An entry is ``[a, c]`` or ``[a, c, role]``: positions in the
-global batch of the anchor row and of the candidate row, and the candidate's role when it is not the
-direction's default (``positive`` for ``*_to_doc``; ``anchor`` for ``*_to_query``).
+``{"batch": g, "epoch": e, "rows": [id, ...], "ranks": [n_0, ...], "weights": [w, ...], "mask": {direction:
+[entry, ...]}, "positives": {direction: [entry, ...]}}``. An entry is ``[a, c]`` or ``[a, c, role]``: positions
+in the global batch of the anchor row and of the candidate row, and the candidate's role when it is not the
+direction's default (``positive`` for ``*_to_doc``; ``anchor`` for ``*_to_query``). ``weights`` (only in a
+manifest built with a weight, whose header records ``weight``): each row's weight in the loss, aligned with
+``rows``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +29,7 @@ from contrast_audit.errors import InputError
 KIND = "contrast-audit-manifest"
 SCHEMA_VERSION = "1"
 STRATEGIES = ("mask", "group", "multi-positive", "cluster")
+WEIGHTS = ("anchor",)
 
 Entry = tuple[int, int, str]
 
@@ -89,6 +94,15 @@ HEADER_SCHEMA: dict[str, Any] = {
                 }
             },
         },
+        "weight": {
+            "type": "object",
+            "required": ["by"],
+            "properties": {
+                "by": {"enum": list(WEIGHTS)},
+                "units": {"type": "integer", "minimum": 1, "maximum": _INT64},
+                "rule": {"type": "string"},
+            },
+        },
         "config": {"type": "object"},
         "counts": {"type": "object"},
         "detectors": {"type": "object"},
@@ -128,7 +142,10 @@ def data_fingerprint(rows: pl.DataFrame) -> str:
 
 @dataclass(frozen=True)
 class ManifestBatch:
-    """One global batch: row ids in gather order, each rank's share, and the relations to act on."""
+    """One global batch: row ids in gather order, each rank's share, and the relations to act on.
+
+    ``weights``: each row's weight in the loss, aligned with ``rows`` (None: every row weighs 1).
+    """
 
     batch: int
     epoch: int
@@ -136,10 +153,13 @@ class ManifestBatch:
     ranks: tuple[int, ...]
     mask: dict[str, list[Entry]] = field(default_factory=dict)
     positives: dict[str, list[Entry]] = field(default_factory=dict)
+    weights: tuple[float, ...] | None = None
 
     def to_json(self) -> str:
         record: dict[str, Any] = {"batch": self.batch, "epoch": self.epoch, "rows": list(self.rows)}
         record["ranks"] = list(self.ranks)
+        if self.weights is not None:
+            record["weights"] = list(self.weights)
         for key, value in (("mask", self.mask), ("positives", self.positives)):
             if value:
                 record[key] = {d: [_entry_json(e, d) for e in entries] for d, entries in value.items() if entries}
@@ -323,7 +343,42 @@ def _parse_batch(path: str, line: int, record: Any, header: dict[str, Any]) -> M
                 out.append((entry[0], entry[1], entry[2] if len(entry) == 3 else default_role(direction)))
             parsed[direction] = out
         relations[key] = parsed
-    return ManifestBatch(batch, epoch, rows, tuple(ranks), relations["mask"], relations["positives"])
+    weights = _parse_weights(record.get("weights"), len(rows), "weight" in header, bad)
+    return ManifestBatch(batch, epoch, rows, tuple(ranks), relations["mask"], relations["positives"], weights)
+
+
+def _parse_weights(
+    value: Any, n_rows: int, declared: bool, bad: Callable[[str], InputError]
+) -> tuple[float, ...] | None:
+    """A batch line's ``weights``: present exactly when the header records a ``weight``; one finite number
+    > 0 per row."""
+    if value is None:
+        if declared:
+            raise bad("'weights' is missing: the header records a 'weight', so every batch line carries one per row")
+        return None
+    if not declared:
+        raise bad("'weights' is given, but the header records no 'weight' (how the weights were made)")
+    if not isinstance(value, list):
+        raise bad(f"'weights' is {_json_kind(value)}, not an array of numbers (one per row)")
+    if len(value) != n_rows:
+        raise bad(f"'weights' holds {len(value)} numbers for {n_rows} rows (one per row, in the order of 'rows')")
+    out = []
+    for k, w in enumerate(value):
+        number = _positive_finite(w)
+        if number is None:
+            raise bad(f"'weights.{k}' is {_shown(w)}, not a finite number > 0")
+        out.append(number)
+    return tuple(out)
+
+
+def _positive_finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond float's range
+        return None
+    return number if math.isfinite(number) and number > 0 else None
 
 
 def _is_int(value: Any, high: int) -> bool:
@@ -356,6 +411,7 @@ __all__ = [
     "KIND",
     "SCHEMA_VERSION",
     "STRATEGIES",
+    "WEIGHTS",
     "Manifest",
     "ManifestBatch",
     "check_fingerprint",

@@ -12,7 +12,9 @@ manifest masks or marks as positives, and:
   ``multi_positive="sum"`` (default): ``-log(sum_{p in P} softmax_p)`` = ``-(logsumexp(s_P) - logsumexp(s))``;
   ``multi_positive="mean"``: ``-(1/|P|) sum_{p in P} log softmax_p``; ``multi_positive="off"``: the marked
   positives are masked instead (they leave the denominator, only the labelled positive is a target).
-  With a single positive all three equal the standard loss.
+  With a single positive all three equal the standard loss;
+- with row weights (a manifest built with ``--weight anchor``), multiplies each anchor's loss term by its
+  row's weight before the mean over the batch's anchors. Without them nothing is multiplied.
 
 Rows with fewer hard negatives than others are padded by ``manifest_dataset`` (``TrainingData.padded``);
 their padded cells are excluded from every anchor's softmax like a structural exclusion, so a ragged
@@ -41,8 +43,8 @@ class MaskedMultipleNegativesRankingLoss(nn.Module):
 
     Args:
         model: the SentenceTransformer being trained.
-        manifest: the manifest (``read_manifest(path)``) whose masks and positives apply, or prebuilt
-            :class:`Relations`.
+        manifest: the manifest (``read_manifest(path)``) whose masks, positives and row weights apply, or
+            prebuilt :class:`Relations`.
         row_ids: the :class:`~contrast_audit.train.data.TrainingData` that ``manifest_dataset`` returns (its
             row ids, number of hard negatives and padded cells are taken from it), or just the data's row
             ids in dataset order (dataset row i has id ``row_ids[i]``); the dataset's ``label`` column holds
@@ -205,6 +207,9 @@ class MaskedMultipleNegativesRankingLoss(nn.Module):
             losses = self._anchor_losses(torch.cat(list(scores.values()), 1), torch.cat(list(positives.values()), 1))
         else:
             losses = torch.stack([self._anchor_losses(scores[d], positives[d]) for d in scores]).mean(0)
+        if self.relations.weighted:
+            weights = self.relations.weights[anchor_rows]  # the local anchors' rows
+            losses = losses * torch.from_numpy(weights).to(device=losses.device, dtype=losses.dtype)
         return losses.mean()
 
     def _padded_columns(self, doc_rows: np.ndarray, doc_roles: np.ndarray, device: torch.device) -> Tensor:
@@ -232,6 +237,7 @@ class MaskedMultipleNegativesRankingLoss(nn.Module):
             "partition_mode": self.partition_mode,
             "multi_positive": self.multi_positive,
             "manifest_relations": self.relations.counts,
+            "anchor_weights": self.relations.weighted,
         }
 
     @property

@@ -1,5 +1,6 @@
 """The manifest's masks and extra positives as (anchor row, candidate row, role) relations per
-direction, keyed by dataset row index, so a loss can look them up for whatever batch it is given.
+direction, keyed by dataset row index, so a loss can look them up for whatever batch it is given; and each
+dataset row's weight in the loss (the manifest's ``weights``; 1 where it has none).
 
 Roles are coded as integers: 0 is the direction's default (``positive`` for ``query_to_doc`` and
 ``doc_to_doc``, ``anchor`` for ``query_to_query`` and ``doc_to_query``), k is ``negative_k``.
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -32,12 +33,23 @@ def role_code(direction: str, role: str) -> int:
 
 @dataclass(frozen=True)
 class Relations:
-    """Sorted int64 keys ``(anchor * n_rows + candidate) * n_roles + role`` per direction."""
+    """Sorted int64 keys ``(anchor * n_rows + candidate) * n_roles + role`` per direction, and ``weights``:
+    each dataset row's weight in the loss (float64; ones when none are given, and then ``weighted`` is
+    False)."""
 
     n_rows: int
     n_roles: int
     masked: dict[str, np.ndarray]
     positives: dict[str, np.ndarray]
+    weights: np.ndarray | None = None
+    weighted: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "weighted", self.weights is not None)
+        weights = np.ones(self.n_rows) if self.weights is None else np.asarray(self.weights, dtype=np.float64)
+        if weights.shape != (self.n_rows,):
+            raise ValueError(f"weights must hold one number per row ({self.n_rows}), got shape {weights.shape}")
+        object.__setattr__(self, "weights", weights)
 
     def key(self, anchor: np.ndarray, candidate: np.ndarray, role: np.ndarray) -> np.ndarray:
         return (anchor.astype(np.int64) * self.n_rows + candidate.astype(np.int64)) * self.n_roles + role.astype(
@@ -67,6 +79,7 @@ def build_relations(manifest: Manifest, row_ids: Sequence[str], n_negatives: int
         raise InputError("data", "row ids are not unique", fix="give every row a unique id")
     n_rows, n_roles = len(row_ids), n_negatives + 1
     collected: dict[str, dict[str, list[np.ndarray]]] = {"masked": {}, "positives": {}}
+    weighted_rows: list[np.ndarray] = []
     for batch in manifest.batches:
         try:
             rows = np.fromiter((index[r] for r in batch.rows), dtype=np.int64, count=len(batch.rows))
@@ -74,6 +87,8 @@ def build_relations(manifest: Manifest, row_ids: Sequence[str], n_negatives: int
             raise InputError(
                 "manifest", f"batch {batch.batch} names row id {exc.args[0]!r}, which the data does not have"
             ) from exc
+        if batch.weights is not None:
+            weighted_rows.append(rows)
         for kind, entries_by_direction in (("masked", batch.mask), ("positives", batch.positives)):
             for direction, entries in entries_by_direction.items():
                 if not entries:
@@ -91,4 +106,41 @@ def build_relations(manifest: Manifest, row_ids: Sequence[str], n_negatives: int
         kind: {d: np.unique(np.concatenate(parts)) for d, parts in by_direction.items()}
         for kind, by_direction in collected.items()
     }
-    return Relations(n_rows=n_rows, n_roles=n_roles, masked=tables["masked"], positives=tables["positives"])
+    weights = _row_weights(manifest, row_ids, weighted_rows) if weighted_rows else None
+    return Relations(
+        n_rows=n_rows,
+        n_roles=n_roles,
+        masked=tables["masked"],
+        positives=tables["positives"],
+        weights=weights,
+    )
+
+
+def _row_weights(manifest: Manifest, row_ids: Sequence[str], weighted_rows: list[np.ndarray]) -> np.ndarray:
+    """One weight per dataset row from the batches' ``weights`` (1 for a row no batch holds). A row planned
+    in several batches must have the same weight in each."""
+    weighted = [b for b in manifest.batches if b.weights is not None]
+    if len(weighted) != len(manifest.batches):
+        raise InputError(
+            manifest.path,
+            f"{len(weighted)} of {len(manifest.batches)} batches give their rows weights; a weighted manifest "
+            "gives every batch's rows one",
+            fix="regenerate the manifest",
+        )
+    rows = np.concatenate(weighted_rows)
+    values = np.concatenate([np.asarray(b.weights, dtype=np.float64) for b in weighted])
+    batch_of = np.repeat(np.asarray([b.batch for b in weighted]), [len(b.rows) for b in weighted])
+    unique, first = np.unique(rows, return_index=True)
+    out = np.ones(len(row_ids), dtype=np.float64)
+    out[unique] = values[first]  # each row's weight in the first batch that holds it
+    differs = np.flatnonzero(out[rows] != values)
+    if differs.size:
+        at = int(differs[0])
+        first_batch = int(batch_of[first[np.searchsorted(unique, rows[at])]])
+        raise InputError(
+            manifest.path,
+            f"row id {row_ids[rows[at]]!r} has weight {float(out[rows[at]])!r} in batch {first_batch} and "
+            f"{float(values[at])!r} in batch {int(batch_of[at])}: a row has one weight",
+            fix="regenerate the manifest",
+        )
+    return out

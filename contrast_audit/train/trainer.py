@@ -1,7 +1,7 @@
 """``train(...)``: fine-tune a SentenceTransformer from data and its manifest.
 
-The manifest's batches are replayed by :class:`ManifestBatchSampler`, its masks and positives applied
-by :class:`MaskedMultipleNegativesRankingLoss`, inside sentence-transformers' own trainer. Every loss
+The manifest's batches are replayed by :class:`ManifestBatchSampler`, its masks, positives and row weights
+applied by :class:`MaskedMultipleNegativesRankingLoss`, inside sentence-transformers' own trainer. Every loss
 and gradient is checked finite; the model directory is written atomically with a JSON Lines training
 log beside the weights.
 """
@@ -9,6 +9,7 @@ log beside the weights.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import shutil
@@ -24,6 +25,7 @@ from contrast_audit.errors import AuditError, ConfigError
 from contrast_audit.io.atomic import write_atomic
 from contrast_audit.manifest.format import Manifest, read_manifest
 
+LOG = logging.getLogger("contrast_audit.train")
 LOG_NAME = "training-log.jsonl"
 LOG_KIND = "contrast-audit-training-log"
 NOT_COMPARABLE = (
@@ -44,6 +46,7 @@ class TrainResult:
     records: list[dict[str, Any]] = field(default_factory=list)
     padded_negatives: int = 0
     padded_rows: int = 0
+    weight: dict[str, Any] | None = None  # the manifest's row weights, as its header records them, when applied
 
 
 def make_trainer_class():
@@ -196,6 +199,7 @@ def train(
         directions=plan.directions,
         multi_positive=multi_positive,  # type: ignore[arg-type]
     )
+    weight = _applied_weight(plan, loss)
     sampler = ManifestBatchSampler.factory(plan, training.row_ids)
     batch_size = max(max(b.ranks) for b in plan.batches)
     work = tempfile.mkdtemp(prefix="contrast-audit-train-")
@@ -234,6 +238,7 @@ def train(
         "hard_negatives_per_row": training.n_negatives,
         "padded_rows": training.padded_rows,
         "padded_negatives": training.padded_negatives,
+        "weight": weight,
     }
     common = {"scale": scale, "temperature": 1.0 / scale, "normalisation": multi_positive}
     lines = [header] + [{**r, **common, "directions": list(plan.directions)} for r in records]
@@ -250,4 +255,19 @@ def train(
         records=records,
         padded_negatives=training.padded_negatives,
         padded_rows=training.padded_rows,
+        weight=weight,
     )
+
+
+def _applied_weight(plan: Manifest, loss: Any) -> dict[str, Any] | None:
+    """The manifest's weight (its header's ``weight``) when the loss applies row weights; logged."""
+    if not loss.relations.weighted:
+        return None
+    weight = dict(plan.header.get("weight") or {"by": "row"})
+    LOG.info(
+        "%s: the manifest's %s weights are applied in the loss (%s)",
+        plan.path,
+        weight.get("by"),
+        weight.get("rule", "each anchor's term times its row's weight"),
+    )
+    return weight

@@ -237,3 +237,136 @@ def test_relations_roles_and_lookup():
     rel = build_relations(manifest({"query_to_doc": [(0, 2, "negative_1")]}), IDS, 1)
     keys = rel.key(np.array([0, 0, 2]), np.array([2, 2, 0]), np.array([1, 0, 1]))
     assert rel.lookup("masked", "query_to_doc", keys).tolist() == [True, False, False]
+
+
+# ---- row weights (manifest --weight anchor) ----------------------------------------------------------
+
+
+def weighted_manifest(weights, rows=("r0", "r1", "r2"), mask=None, ranks=None) -> Manifest:
+    batch = ManifestBatch(0, 0, tuple(rows), tuple(ranks or (len(rows),)), mask or {}, {}, tuple(weights))
+    header = {"kind": "contrast-audit-manifest", "plan": {"epochs": 1}, "weight": {"by": "anchor"}}
+    return Manifest(header=header, batches=[batch])
+
+
+def hand_terms(scale: float, excluded: dict[int, set[int]]) -> list[float]:
+    """Each anchor's -log softmax of its positive; candidate column j: positives 0..2, negatives 3..5."""
+    cands = P + N
+    out = []
+    for a in range(3):
+        logits = {
+            j: scale * math.cos(math.radians(Q[a] - cands[j])) for j in range(6) if j not in excluded.get(a, set())
+        }
+        out.append(-(logits[a] - math.log(sum(math.exp(v) for v in logits.values()))))
+    return out
+
+
+def test_anchor_weighted_loss_weights_each_anchors_term():
+    from contrast_audit.train.relations import Relations
+
+    torch.manual_seed(0)
+    q = torch.nn.functional.normalize(torch.randn(3, 4), dim=1)
+    d = torch.nn.functional.normalize(torch.randn(3, 4), dim=1)
+    labels = torch.tensor([0, 1, 2])
+    plain = MaskedMultipleNegativesRankingLoss(torch.nn.Identity(), Relations(3, 2, {}, {}), scale=20.0)
+    weights = np.array([0.5, 0.5, 2.0])
+    weighted = MaskedMultipleNegativesRankingLoss(torch.nn.Identity(), Relations(3, 2, {}, {}, weights), scale=20.0)
+    per_anchor = -torch.log_softmax(20.0 * q @ d.T, dim=1).diagonal()
+    assert plain.compute_loss_from_embeddings([q, d], labels).item() == pytest.approx(
+        per_anchor.mean().item(), rel=1e-5
+    )
+    got = weighted.compute_loss_from_embeddings([q, d], labels).item()
+    assert got == pytest.approx((per_anchor * torch.tensor([0.5, 0.5, 2.0])).mean().item(), rel=1e-5)
+
+
+def test_manifest_weights_multiply_each_anchors_term_with_masks_and_hard_negatives():
+    weights = (0.5, 2.0, 0.25)
+    m = weighted_manifest(weights, mask={"query_to_doc": [(0, 1, "positive"), (1, 1, "negative_1")]})
+    loss, value, emb = run_loss(m)
+    terms = hand_terms(20.0, {0: {1}, 1: {4}})
+    assert value.item() == pytest.approx(sum(w * t for w, t in zip(weights, terms, strict=True)) / 3, rel=1e-9)
+    # the weights follow the rows, not the positions
+    order = [2, 0, 1]
+    shuffled = loss.compute_loss_from_embeddings([e[order] for e in embeddings()], torch.tensor(order))
+    assert shuffled.item() == pytest.approx(value.item(), rel=1e-12)
+    value.backward()
+    assert all(torch.isfinite(e.grad).all() for e in emb)
+    assert loss.get_config_dict()["anchor_weights"] is True
+
+
+def test_per_direction_weights_each_anchors_mean_over_directions():
+    weights = (3.0, 1.0, 0.5)
+    directions = ("query_to_doc", "doc_to_query")
+    loss = MaskedMultipleNegativesRankingLoss(
+        None, weighted_manifest(weights), IDS, n_negatives=1, directions=directions, partition_mode="per_direction"
+    )
+    value = loss.compute_loss_from_embeddings(embeddings(), torch.tensor([0, 1, 2]))
+    q, p = unit(Q), unit(P)
+    q2d = hand_terms(20.0, {})
+    d2q = (-torch.log_softmax(20.0 * p @ q.T, dim=1).diagonal()).tolist()  # document i against every query
+    expected = sum(w * (a + b) / 2 for w, a, b in zip(weights, q2d, d2q, strict=True)) / 3
+    assert value.item() == pytest.approx(expected, rel=1e-9)
+
+
+def test_weights_of_ones_change_nothing_bit_for_bit():
+    directions = ("query_to_doc", "doc_to_query")
+    for mode in ("joint", "per_direction"):
+        options = {"n_negatives": 1, "directions": directions, "partition_mode": mode}
+        plain = MaskedMultipleNegativesRankingLoss(None, manifest(), IDS, **options)
+        ones = MaskedMultipleNegativesRankingLoss(None, weighted_manifest((1.0, 1.0, 1.0)), IDS, **options)
+        assert not plain.relations.weighted and plain.get_config_dict()["anchor_weights"] is False
+        assert ones.relations.weighted
+        a_emb, b_emb = embeddings(), embeddings()
+        a = plain.compute_loss_from_embeddings(a_emb, torch.tensor([0, 1, 2]))
+        b = ones.compute_loss_from_embeddings(b_emb, torch.tensor([0, 1, 2]))
+        assert torch.equal(a, b)
+        a.backward()
+        b.backward()
+        assert all(torch.equal(x.grad, y.grad) for x, y in zip(a_emb, b_emb, strict=True))
+
+
+def test_world_size_two_weights_the_local_anchors(monkeypatch):
+    """Rank 1 holds global positions 2-3: its loss is the mean of its own anchors' weighted terms."""
+    ids = ["a", "b", "c", "d"]
+    m = weighted_manifest((1.0, 2.0, 3.0, 0.5), rows=ids, ranks=(2, 2))
+    q, p, n = unit([0, 40, 80, 120]), unit([10, 50, 85, 130]), unit([20, 60, 100, 140])
+    labels_world = torch.tensor([0, 1, 2, 3])
+    gathered = iter([q, p, n])
+    monkeypatch.setattr(loss_module, "all_gather_with_grad", lambda t: next(gathered))
+    monkeypatch.setattr(loss_module, "all_gather", lambda t: labels_world)
+    monkeypatch.setattr(loss_module, "get_rank", lambda: 1)
+    loss = MaskedMultipleNegativesRankingLoss(None, m, ids, n_negatives=1, gather_across_devices=True)
+    value = loss.compute_loss_from_embeddings([q[2:], p[2:], n[2:]], labels_world[2:])
+    angles_q, cols = [0, 40, 80, 120], [10, 50, 85, 130, 20, 60, 100, 140]
+    terms = {}
+    for a in (2, 3):
+        logits = [20 * math.cos(math.radians(angles_q[a] - x)) for x in cols]
+        terms[a] = -(logits[a] - math.log(sum(math.exp(v) for v in logits)))
+    assert value.item() == pytest.approx((3.0 * terms[2] + 0.5 * terms[3]) / 2, rel=1e-9)
+
+
+def test_relations_carry_one_weight_per_row():
+    ids = ["r0", "r1", "r2", "r3"]
+    header = {"kind": "contrast-audit-manifest", "plan": {"epochs": 2}, "weight": {"by": "anchor"}}
+    batches = [
+        ManifestBatch(0, 0, ("r0", "r1"), (2,), weights=(0.5, 1.5)),
+        ManifestBatch(1, 1, ("r1", "r2", "r0"), (3,), weights=(1.5, 2.0, 0.5)),
+    ]
+    rel = build_relations(Manifest(header, batches), ids, 0)
+    assert rel.weighted and rel.weights.tolist() == [0.5, 1.5, 2.0, 1.0]  # r3 is in no batch
+    assert not build_relations(manifest(), ids, 0).weighted
+    assert build_relations(manifest(), ids, 0).weights.tolist() == [1.0] * 4
+
+
+def test_a_row_with_two_weights_is_refused():
+    from contrast_audit.errors import InputError
+
+    header = {"kind": "contrast-audit-manifest", "plan": {"epochs": 2}, "weight": {"by": "anchor"}}
+    batches = [
+        ManifestBatch(0, 0, ("r0", "r1"), (2,), weights=(0.5, 1.5)),
+        ManifestBatch(1, 1, ("r2", "r1"), (2,), weights=(1.0, 0.75)),
+    ]
+    with pytest.raises(InputError, match=r"row id 'r1' has weight 1\.5 in batch 0 and 0\.75 in batch 1"):
+        build_relations(Manifest(header, batches, "m.jsonl"), IDS, 0)
+    partly = [batches[0], ManifestBatch(1, 1, ("r2", "r3"), (2,))]
+    with pytest.raises(InputError, match="1 of 2 batches give their rows weights"):
+        build_relations(Manifest(header, partly, "m.jsonl"), IDS, 0)
