@@ -899,6 +899,10 @@ class Severity(str, Enum):
     suspect = "suspect"
 
 
+class Weight(str, Enum):
+    anchor = "anchor"
+
+
 @app.command()
 @handle_errors
 @audit_options()
@@ -928,6 +932,13 @@ def manifest(
         int | None,
         _opt("k for --strategy cluster.  \\[default: distinct anchors / global batch size]", "Manifest"),
     ] = None,
+    weight: Annotated[
+        Weight | None,
+        _opt(
+            "anchor: weight each row's loss term so every anchor (same anchor text or group) carries the same share of the loss (written per row into the manifest; the trainer applies it).  \\[default: off]",
+            "Manifest",
+        ),
+    ] = None,
     quiet: Quiet = False,
 ) -> None:
     """Write a batch manifest that masks, separates or groups the false negatives (or builds topic-hard batches with them masked), for the bundled trainer or your own."""
@@ -935,7 +946,7 @@ def manifest(
     from contrast_audit.manifest import build_manifest
 
     settings, origin = options.settings(
-        strategy=strategy, mask_severity=mask_severity, balance=balance, clusters=clusters
+        strategy=strategy, mask_severity=mask_severity, balance=balance, clusters=clusters, weight=weight
     )
     cfg = build_config(settings)
     with (
@@ -949,6 +960,7 @@ def manifest(
             mask_severity=settings.get("mask_severity", "likely"),
             balance=settings.get("balance"),
             clusters=settings.get("clusters"),
+            weight=settings.get("weight"),
             progress=progress,
             config_file=origin,
         )
@@ -965,7 +977,7 @@ def manifest(
 
 
 def _plan_note(header: dict) -> str:
-    """The clustering and balance a manifest header records, in words."""
+    """The clustering, balance and weight a manifest header records, in words."""
     parts = []
     if "clustering" in header:
         parts.append(f"{header['clustering']['k']} clusters (seed {header['clustering']['seed']})")
@@ -975,6 +987,9 @@ def _plan_note(header: dict) -> str:
             f"balance {b['max_per_batch']}: at most {b['most_rows_of_one_anchor_in_a_batch']} rows of one anchor "
             f"in a batch, {b['rows_over_quota']} over quota"
         )
+    if "weight" in header:
+        w = header["weight"]
+        parts.append(f"weight {w['by']}: each of {w['units']} anchors carries the same share of the loss")
     return "; " + "; ".join(parts) if parts else ""
 
 

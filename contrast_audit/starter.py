@@ -204,6 +204,11 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
                 1,
             ),
             "clusters": ("k of the cluster strategy's k-means (default: distinct anchors / global batch size).", 64),
+            "weight": (
+                "anchor: each row's loss term weighted so every anchor (same anchor text or group) carries the same "
+                "share of the loss; the weights are written into the manifest and applied by the trainer.",
+                "anchor",
+            ),
         },
     ),
     (
@@ -228,6 +233,7 @@ _TOP_LEVEL_DEFAULTS = {
     "mask_severity": "likely",
     "balance": None,
     "clusters": None,
+    "weight": None,
     "baseline": None,
 }
 

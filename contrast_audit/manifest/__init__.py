@@ -2,7 +2,7 @@
 
 - ``format``: the file itself (JSON Lines, its JSON Schema, reading and validating it, the data fingerprint);
 - ``build``: writing one from an audit (``build_manifest``: the ``mask``, ``group``, ``multi-positive`` and
-  ``cluster`` strategies, ``balance``);
+  ``cluster`` strategies, ``balance``, ``weight``);
 - ``replay``: reading one back as a batch plan, and marking the findings it masks (``scan --plan``).
 
 ``from contrast_audit.manifest import read_manifest, build_manifest`` gives the two entry points; the
@@ -17,6 +17,7 @@ from contrast_audit.manifest.format import (
     KIND,
     SCHEMA_VERSION,
     STRATEGIES,
+    WEIGHTS,
     Manifest,
     ManifestBatch,
     check_fingerprint,
@@ -40,6 +41,7 @@ __all__ = [
     "KIND",
     "SCHEMA_VERSION",
     "STRATEGIES",
+    "WEIGHTS",
     "Manifest",
     "ManifestBatch",
     "ManifestResult",

@@ -2,7 +2,8 @@
 re-planned into different batches, what remains masked), ``multi-positive`` (related rows planned
 together, each anchor's related candidates marked as its positives) and ``cluster`` (topic-hard batches:
 anchors clustered by embedding, a batch filled from one cluster, its false negatives masked). ``balance``
-bounds how many rows of one anchor a batch may hold (``contrast_audit.plan.balance``).
+bounds how many rows of one anchor a batch may hold (``contrast_audit.plan.balance``); ``weight="anchor"``
+gives every row a weight in the loss so that every anchor carries the same share of it.
 
 The same stages as ``audit``: load → normalise → evidence → plan → judge, then the judged findings at or
 above ``mask_severity`` become the manifest's entries.
@@ -24,7 +25,15 @@ from contrast_audit.corpus import POSITIVE_ROLE, role_name
 from contrast_audit.errors import ConfigError
 from contrast_audit.evidence import SEVERITIES, SEVERITY_NAMES, Detector
 from contrast_audit.judge import Judgement
-from contrast_audit.manifest.format import KIND, SCHEMA_VERSION, STRATEGIES, Manifest, ManifestBatch, data_fingerprint
+from contrast_audit.manifest.format import (
+    KIND,
+    SCHEMA_VERSION,
+    STRATEGIES,
+    WEIGHTS,
+    Manifest,
+    ManifestBatch,
+    data_fingerprint,
+)
 from contrast_audit.manifest.replay import with_positions
 from contrast_audit.plan import Plan, make_plan, read_plan_file
 from contrast_audit.plan.balance import balance_batches, quotas, units_of
@@ -62,13 +71,16 @@ def build_manifest(
     config_file: str | None = None,
     balance: int | None = None,
     clusters: int | None = None,
+    weight: str | None = None,
 ) -> ManifestResult:
     """Plan batches with ``strategy`` and write down which in-batch pairs to mask or treat as positives.
 
     ``balance``: at most this many rows of one anchor (rows sharing an anchor text or a declared group) per
     global batch, or the fewest the epoch allows (see ``contrast_audit.plan.balance``); every row is still
     planned once per epoch. ``clusters``: k of the ``cluster`` strategy's k-means (default: the distinct
-    anchors divided by the global batch size).
+    anchors divided by the global batch size). ``weight="anchor"``: every row gets a weight in the loss,
+    ``n_rows / (units * rows of its unit)`` over the data's rows, the units being ``balance``'s anchors: the
+    weights' mean over the rows is 1 and every anchor carries the same total weight per epoch.
     """
     if strategy not in STRATEGIES:
         raise ConfigError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
@@ -76,6 +88,11 @@ def build_manifest(
         raise ConfigError(f"mask-severity must be one of {', '.join(SEVERITIES)}, got {mask_severity!r}")
     cfg = config or AuditConfig()
     _check_balance(strategy, balance, clusters, cfg)
+    if weight is not None and weight not in WEIGHTS:
+        raise ConfigError(
+            f"weight must be one of {', '.join(WEIGHTS)}, got {weight!r}",
+            fix="pass --weight anchor (every anchor the same share of the loss), or leave it out",
+        )
     if strategy != "mask" and cfg.plan.plan_file:
         raise ConfigError(
             f"--strategy {strategy} plans its own batches; --plan only goes with --strategy mask",
@@ -94,7 +111,7 @@ def build_manifest(
     world = cfg.plan.world_size
     separated_left = None
     clustering = None
-    units = balance_units(corpus) if balance is not None else None
+    units = balance_units(corpus) if balance is not None or weight is not None else None
     if strategy == "mask":
         plan = user_plan or make_plan(cfg.plan, corpus.n_rows, corpus.raw)
         source = plan.source
@@ -116,7 +133,8 @@ def build_manifest(
     gb = plan.global_batches(world)
     acted = judgement.findings.filter(pl.col("severity_rank") >= threshold)
     own = judgement.mislabelled.filter(pl.col("severity_rank") >= threshold)
-    batches, masked, positive = _batches(prepared, plan, gb, acted, own, strategy)
+    row_weight = anchor_weights(units) if units is not None and weight is not None else None
+    batches, masked, positive = _batches(prepared, plan, gb, acted, own, strategy, row_weight)
     conflicts_left = (
         acted.height if strategy != "multi-positive" else int(acted.filter(pl.col("cand_role") > POSITIVE_ROLE).height)
     )
@@ -157,6 +175,8 @@ def build_manifest(
     }
     if balance_info is not None:
         header["balance"] = balance_info
+    if units is not None and row_weight is not None:
+        header["weight"] = {"by": weight, "units": int(units.max()) + 1, "rule": WEIGHT_RULE}
     if clustering is not None:
         store = _embedding_store(prepared.detectors)
         info = store.info() if store is not None else {}
@@ -204,6 +224,16 @@ def balance_units(corpus) -> np.ndarray:
     """The unit that ``balance`` bounds, per row: rows sharing an anchor text, or a declared group (and
     whatever those connect), are one anchor."""
     return units_of([corpus.anchor.astype(np.int64), corpus.group.astype(np.int64)])
+
+
+WEIGHT_RULE = "n_rows / (units * rows of the unit)"
+
+
+def anchor_weights(units: np.ndarray) -> np.ndarray:
+    """Per row: ``n_rows / (units * rows of its unit)`` (``units`` dense labels 0..U-1, one per row), so the
+    mean over the rows is 1 and every unit's rows add up to the same total."""
+    sizes = np.bincount(units)
+    return units.shape[0] / (sizes.shape[0] * sizes[units].astype(np.float64))
 
 
 def _epochs(plan: Plan, world: int):
@@ -450,8 +480,10 @@ def _batches(
     acted: pl.DataFrame,
     own: pl.DataFrame,
     strategy: str,
+    row_weight: np.ndarray | None = None,
 ) -> tuple[list[ManifestBatch], int, int]:
-    """Manifest batches with their entries; the numbers of masked and positive entries."""
+    """Manifest batches with their entries (and each row's weight, when given); the numbers of masked and
+    positive entries."""
     ids = prepared.corpus.rows.get_column("id")
     positioned = with_positions(acted, gb).select("batch", "direction", "a_pos", "c_pos", "cand_role")
     if strategy == "multi-positive":
@@ -496,6 +528,7 @@ def _batches(
                 ranks=_ranks(plan, gb, g),
                 mask=by_batch_mask.get(g, {}),
                 positives=by_batch_pos.get(g, {}),
+                weights=tuple(row_weight[rows].tolist()) if row_weight is not None else None,
             )
         )
     return batches, mask_entries.unique().height, positive_entries.unique().height
@@ -526,4 +559,4 @@ def _grouped(entries: pl.DataFrame) -> dict[int, dict[str, list[tuple[int, int, 
     return out
 
 
-__all__ = ["ManifestResult", "build_manifest", "neighbour_edges", "row_relations"]
+__all__ = ["ManifestResult", "anchor_weights", "build_manifest", "neighbour_edges", "row_relations"]

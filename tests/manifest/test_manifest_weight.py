@@ -1,14 +1,174 @@
-"""Per-row loss weights in a manifest: the batch lines' ``weights`` and the header's ``weight``, and how a
-reader checks both."""
+"""``manifest --weight anchor``: a weight per row in the batch lines (mean 1, every anchor the same total),
+the header's ``weight``, and how a reader checks both."""
 
 from __future__ import annotations
 
 import json
+import math
+from collections import Counter, defaultdict
+from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from contrast_audit.cli import app
 from contrast_audit.errors import InputError
-from contrast_audit.manifest.format import Manifest, ManifestBatch, read_manifest
+from contrast_audit.manifest.format import HEADER_SCHEMA, Manifest, ManifestBatch, read_manifest
+
+LEXICAL = ("--no-embeddings", "--no-minhash")
+
+
+def skewed_rows() -> list[dict]:
+    """One query of 12 rows, two of 3 declared one group, three of 2, and 14 single rows: 38 rows in 19 units."""
+    rows = [
+        {"id": f"big-{k}", "anchor": "the large query", "positive": f"judged passage {k} alpha{k}"} for k in range(12)
+    ]
+    for c in range(2):
+        rows += [
+            {"id": f"g{c}-{k}", "anchor": f"grouped query {c} beta{c}", "positive": f"passage {c}.{k} gamma{c}{k}"}
+            for k in range(3)
+        ]
+    for c in range(3):
+        rows += [
+            {"id": f"m{c}-{k}", "anchor": f"medium query {c} delta{c}", "positive": f"passage m{c}.{k} eta{c}{k}"}
+            for k in range(2)
+        ]
+    rows += [
+        {"id": f"s{s}", "anchor": f"lone query {s} zeta{s}", "positive": f"lone passage {s} omega{s}"}
+        for s in range(14)
+    ]
+    for row in rows:
+        row["grp"] = "g" if row["id"].startswith("g") else None
+    return rows
+
+
+def unit_of(row_id: str) -> str:
+    """The anchor a row belongs to: its query, and the two grouped queries are one."""
+    if row_id.startswith("g"):
+        return "g"
+    return row_id.rsplit("-", 1)[0] if "-" in row_id else row_id
+
+
+def run(*args: str):
+    return CliRunner().invoke(app, ["manifest", *args, "-q"])
+
+
+def lines(path: Path) -> tuple[dict, list[dict]]:
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    return records[0], records[1:]
+
+
+@pytest.mark.parametrize(
+    ("strategy", "extra"),
+    [
+        ("mask", ()),
+        ("mask", ("--balance", "1")),
+        ("group", ()),
+        ("group", ("--balance", "2")),
+        ("multi-positive", ()),
+    ],
+)
+def test_weights_have_mean_1_and_every_anchor_the_same_total(pairs_file, tmp_path, strategy, extra):
+    data = pairs_file(skewed_rows())
+    out = tmp_path / "m.jsonl"
+    args = (str(data), "--out", str(out), "--strategy", strategy, "--group", "grp", "--batch-size", "8")
+    result = run(*args, "--epochs", "2", "--weight", "anchor", *extra, *LEXICAL)
+    assert result.exit_code == 0, result.output
+    header, batches = lines(out)
+    assert header["weight"] == {"by": "anchor", "units": 19, "rule": "n_rows / (units * rows of the unit)"}
+    weight_of: dict[str, float] = {}
+    for epoch in (0, 1):
+        planned = [(r, w) for b in batches if b["epoch"] == epoch for r, w in zip(b["rows"], b["weights"], strict=True)]
+        assert len(planned) == 38  # every row once per epoch
+        assert math.fsum(w for _, w in planned) / len(planned) == pytest.approx(1.0, rel=1e-12)
+        totals: dict[str, float] = defaultdict(float)
+        for row, w in planned:
+            totals[unit_of(row)] += w
+            assert weight_of.setdefault(row, w) == w  # one weight per row, in every batch and epoch
+        assert len(totals) == 19
+        assert max(totals.values()) == pytest.approx(min(totals.values()), rel=1e-12) == pytest.approx(38 / 19)
+    assert weight_of["big-0"] == 38 / (19 * 12) and weight_of["g0-0"] == 38 / (19 * 6) and weight_of["s0"] == 2.0
+
+
+def test_weight_keeps_the_batches_and_masks(pairs_file, tmp_path):
+    data = pairs_file(skewed_rows())
+    plain, weighted = tmp_path / "plain.jsonl", tmp_path / "weighted.jsonl"
+    assert run(str(data), "--out", str(plain), "--batch-size", "8", *LEXICAL).exit_code == 0
+    assert run(str(data), "--out", str(weighted), "--batch-size", "8", "--weight", "anchor", *LEXICAL).exit_code == 0
+    plain_header, plain_batches = lines(plain)
+    header, batches = lines(weighted)
+    assert "weight" not in plain_header and all("weights" not in b for b in plain_batches)
+    assert [{k: v for k, v in b.items() if k != "weights"} for b in batches] == plain_batches
+    assert header["counts"] == plain_header["counts"] and header["plan"] == plain_header["plan"]
+    again = tmp_path / "again.jsonl"
+    said = CliRunner().invoke(
+        app, ["manifest", str(data), "--out", str(again), "--batch-size", "8", "--weight", "anchor", *LEXICAL]
+    )
+    assert "weight anchor: each of 20 anchors carries the same share of the loss" in said.output
+    assert again.read_bytes() == weighted.read_bytes()
+    import jsonschema
+
+    jsonschema.Draft202012Validator(HEADER_SCHEMA).validate(header)
+    # a weighted manifest is a plan like any other
+    result = CliRunner().invoke(app, ["scan", str(data), "--plan", str(weighted), "--format", "json", "-q", *LEXICAL])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["counts"]["masked"]["findings"] > 0
+
+
+def test_the_python_api_takes_weight(pairs_file):
+    from contrast_audit.config import build_config
+    from contrast_audit.manifest import build_manifest
+
+    data = pairs_file(skewed_rows())
+    config = build_config({"batch_size": 8, "embeddings": False, "minhash": False})
+    result = build_manifest([str(data)], config, weight="anchor")
+    weights = Counter(w for b in result.manifest.batches for w in b.weights)
+    # 38 rows, 20 units (no group mapped): 12 rows of 38/(20*12), 6 of 38/(20*3), 6 of 38/(20*2), 14 of 38/20
+    assert weights == {38 / (20 * 12): 12, 38 / (20 * 3): 6, 38 / (20 * 2): 6, 38 / 20: 14}
+    assert result.manifest.header["weight"]["units"] == 20
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--weight", "bogus"), "anchor"),
+        (("--weight", ""), "anchor"),
+    ],
+)
+def test_a_bad_weight_flag_exits_2_naming_the_options(pairs_file, tmp_path, args, message):
+    data = pairs_file(skewed_rows())
+    result = run(str(data), "--out", str(tmp_path / "x.jsonl"), *LEXICAL, *args)
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('weight = "bogus"', "weight must be one of anchor, got 'bogus'"),
+        ("weight = 3", "setting 'weight' must be a string"),
+    ],
+)
+def test_a_bad_weight_setting_exits_2(pairs_file, tmp_path, line, message):
+    data = pairs_file(skewed_rows())
+    (tmp_path / "settings.toml").write_text(line + "\n")
+    args = ("--config", str(tmp_path / "settings.toml"))
+    result = run(str(data), "--out", str(tmp_path / "x.jsonl"), *LEXICAL, *args)
+    assert result.exit_code == 2 and message in result.stderr, result.output
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_the_weight_setting_from_the_settings_file(pairs_file, tmp_path):
+    data = pairs_file(skewed_rows())
+    (tmp_path / "settings.toml").write_text('weight = "anchor"\n')
+    out = tmp_path / "m.jsonl"
+    result = run(str(data), "--out", str(out), "--config", str(tmp_path / "settings.toml"), *LEXICAL)
+    assert result.exit_code == 0, result.output
+    header, batches = lines(out)
+    assert header["weight"]["by"] == "anchor" and all(len(b["weights"]) == len(b["rows"]) for b in batches)
+
+
+# ---- the format -------------------------------------------------------------------------------------
 
 HEADER = {
     "kind": "contrast-audit-manifest",
@@ -85,3 +245,45 @@ def test_the_header_weight_is_validated(tmp_path, weight, needle):
     with pytest.raises(InputError) as info:
         read_manifest(path)
     assert f"{path}:1:" in str(info.value) and needle in str(info.value), str(info.value)
+
+
+def test_a_tampered_weight_is_exit_2_for_scan_and_train(pairs_file, tmp_path):
+    data = pairs_file(skewed_rows())
+    out = tmp_path / "m.jsonl"
+    assert run(str(data), "--out", str(out), "--batch-size", "8", "--weight", "anchor", *LEXICAL).exit_code == 0
+    header, *rest = out.read_text().splitlines()
+    batch = json.loads(rest[0])
+    batch["weights"][1] = -1
+    out.write_text("\n".join([header, json.dumps(batch), *rest[1:]]) + "\n")
+    model = tmp_path / "model"
+    scan = ["scan", str(data), "--plan", str(out), "-q", *LEXICAL]
+    train = ["train", str(data), "--manifest", str(out), "--out", str(model), "-q"]
+    for command in (scan, train):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2, result.output
+        assert f"{out}:2:" in result.stderr and "'weights.1' is -1" in result.stderr, result.stderr
+    assert not model.exists()
+
+
+@pytest.mark.slow
+def test_cluster_with_balance_takes_weight_too(pairs_file, tmp_path):
+    rows = []
+    for topic in ("cooking", "astronomy"):
+        for i in range(6):
+            q = f"{topic} question {i}"
+            rows += [
+                {"id": f"{topic}{i}-{k}", "anchor": q, "positive": f"{topic} passage {i}.{k}"} for k in range(1 + i % 3)
+            ]
+    data = pairs_file(rows)
+    out = tmp_path / "m.jsonl"
+    args = ("--strategy", "cluster", "--balance", "1", "--weight", "anchor", "--batch-size", "4", "--no-minhash")
+    result = run(str(data), "--out", str(out), *args)
+    assert result.exit_code == 0, result.output
+    header, batches = lines(out)
+    assert "clustering" in header and "balance" in header and header["weight"]["units"] == 12
+    planned = [(r, w) for b in batches for r, w in zip(b["rows"], b["weights"], strict=True)]
+    assert len(planned) == len(rows) and math.fsum(w for _, w in planned) == pytest.approx(len(rows))
+    totals: dict[str, float] = defaultdict(float)
+    for row, w in planned:
+        totals[row.rsplit("-", 1)[0]] += w
+    assert max(totals.values()) == pytest.approx(min(totals.values()), rel=1e-12)

@@ -292,3 +292,32 @@ def test_train_pads_a_ragged_mined_set_and_says_how_many(tmp_path):
     assert (log[0]["hard_negatives_per_row"], log[0]["padded_rows"], log[0]["padded_negatives"]) == (2, 6, 9)
     # the first batch's padded cells are counted as excluded; every row of it trained
     assert all(r["padded_negatives"] > 0 for r in log[1:]) and len(log) == 3
+
+
+@pytest.mark.slow
+def test_train_applies_a_weighted_manifests_weights_and_says_so(tmp_path, monkeypatch):
+    from contrast_audit.manifest.format import read_manifest
+    from contrast_audit.train.loss import MaskedMultipleNegativesRankingLoss
+
+    rows = topic_rows()  # four queries of two rows each, and two more rows of the first: 4 + 2 + 2 + 2
+    rows += [{**rows[0], "id": f"r{8 + k}", "positive": f"study {8 + k} of bird migration routes"} for k in range(2)]
+    write_rows(tmp_path / "pairs.jsonl", rows)
+    assert RUNNER.invoke(app, [*lexical_manifest(), "--weight", "anchor"]).exit_code == 0
+    applied: list[list[float]] = []
+    original = MaskedMultipleNegativesRankingLoss.compute_loss_from_embeddings
+
+    def record(self, embeddings, labels):
+        applied.append(self.relations.weights[labels.numpy()].tolist() if self.relations.weighted else [])
+        return original(self, embeddings, labels)
+
+    monkeypatch.setattr(MaskedMultipleNegativesRankingLoss, "compute_loss_from_embeddings", record)
+    result = RUNNER.invoke(
+        app, ["train", "pairs.jsonl", "--manifest", "mask.jsonl", "--out", "model", "--max-steps", "2"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "the manifest's anchor weights applied" in result.output
+    manifest = read_manifest("mask.jsonl")
+    assert applied == [list(b.weights) for b in manifest.batches[:2]]
+    assert {w for b in manifest.batches for w in b.weights} == {10 / (4 * 4), 10 / (4 * 2)}
+    log = [json.loads(line) for line in (tmp_path / "model" / "training-log.jsonl").read_text().splitlines()]
+    assert log[0]["weight"] == manifest.header["weight"] and len(log) == 3
