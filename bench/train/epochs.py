@@ -22,9 +22,10 @@ Settings, all from the same start model, rows, epochs, batch size, learning rate
 - ``tool-balance``: the same with ``--balance 1`` (rows of one anchor spread over the epoch's batches);
 - ``tool-cluster``: ``--strategy cluster --balance 1`` (topic-hard batches from k-means on the anchors'
   embeddings, false negatives masked);
-- ``tool-weight``: the ``tool-mask`` manifest with a per-anchor weight in the loss instead of a batch bound:
-  each row's term is weighted by ``1 / (rows of its query)``, scaled to a mean of 1 over the rows, so every
-  training query carries the same share of an epoch's loss (``AnchorWeightedLoss``, measured here only);
+- ``tool-weight``: ``--strategy mask --weight anchor``: the ``tool-mask`` batches and masks with a per-anchor
+  weight in the loss instead of a batch bound: the manifest gives each row ``n_rows / (anchors * rows of its
+  anchor)`` (here ``1 / (rows of its query)`` scaled to a mean of 1 over the rows, a query's rows sharing its
+  text), so every training query carries the same share of an epoch's loss; the masked loss applies it;
 - ``tool-margin``: ``--strategy mask --margin --absolute-margin 0 --mask-severity suspect``: the manifest also
   masks every candidate the start model scores above the anchor's own positive (the margin rule at margin 0,
   GISTEmbedLoss's exclusion with the start model as guide), written down once instead of computed per batch.
@@ -67,7 +68,7 @@ TOOL = {
     "tool-mask": {"strategy": "mask"},
     "tool-balance": {"strategy": "mask", "balance": 1},
     "tool-cluster": {"strategy": "cluster", "balance": 1},
-    "tool-weight": {"strategy": "mask"},
+    "tool-weight": {"strategy": "mask", "weight": "anchor"},
     "tool-margin": {"strategy": "mask", "mask_severity": "suspect"},
 }
 # Settings (build_config keys) a tool setting adds to the defaults.
@@ -236,8 +237,11 @@ def fn_stats(meta: dict, work: Path, batches: list[np.ndarray], masks=None, gist
 
 
 def tool_manifest(path: Path, setting: str, seed: int, work: Path, args) -> None:
-    """What ``contrast-audit manifest`` writes with default detectors (the Python API behind the command)."""
-    if path.exists():
+    """What ``contrast-audit manifest`` writes with default detectors (the Python API behind the command).
+
+    A manifest kept from an earlier run is reused unless it lacks the weight the setting asks for (a
+    ``tool-weight`` manifest written before the manifest carried weights)."""
+    if path.exists() and _has_weight(path) == ("weight" in TOOL[setting]):
         return
     from contrast_audit.config import build_config
     from contrast_audit.io.atomic import write_atomic
@@ -251,6 +255,11 @@ def tool_manifest(path: Path, setting: str, seed: int, work: Path, args) -> None
     result = build_manifest([str(work / "data.jsonl")], cfg, **options)
     write_atomic(path, result.render())
     _log(f"  {setting} manifest in {time.perf_counter() - started:.0f}s: {result.counts}")
+
+
+def _has_weight(path: Path) -> bool:
+    with path.open(encoding="utf-8") as handle:
+        return "weight" in json.loads(handle.readline())
 
 
 # ---- runs -------------------------------------------------------------------------------------
@@ -270,10 +279,7 @@ def run_one(setting: str, seed: int, meta: dict, work: Path, args) -> dict:
     if setting in TOOL:
         plan = read_manifest(work / "manifests" / f"{setting}-{seed}.jsonl")
         data = manifest_dataset(str(work / "data.jsonl"), plan)
-        if setting == "tool-weight":
-            loss = AnchorWeightedLoss(model, plan, data, scale=args.scale, weights=query_weights(meta, data.row_ids))
-        else:
-            loss = MaskedMultipleNegativesRankingLoss(model, plan, data, scale=args.scale)
+        loss = MaskedMultipleNegativesRankingLoss(model, plan, data, scale=args.scale)  # masks and row weights
         sampler = ManifestBatchSampler.factory(plan, data.row_ids)
         dataset = data.dataset
     else:
@@ -311,42 +317,6 @@ def run_one(setting: str, seed: int, meta: dict, work: Path, args) -> dict:
         "seconds": round(time.perf_counter() - started, 1),
         "metrics": metrics,
     }
-
-
-def query_weights(meta: dict, row_ids) -> np.ndarray:
-    """Per dataset row: ``1 / (rows of its query)``, scaled to a mean of 1 (every query weighs the same)."""
-    query_of = {r["id"]: r["query"] for r in meta["rows"]}
-    sizes = collections.Counter(query_of.values())
-    w = np.array([1.0 / sizes[query_of[str(i)]] for i in row_ids])
-    return w * (w.size / w.sum())
-
-
-def _weighted_loss_class():
-    from contrast_audit.train import MaskedMultipleNegativesRankingLoss
-
-    class AnchorWeightedLoss(MaskedMultipleNegativesRankingLoss):
-        """The masked loss with each anchor's term multiplied by a fixed per-row weight."""
-
-        def __init__(self, *args, weights: np.ndarray, **kwargs) -> None:
-            super().__init__(*args, **kwargs)
-            import torch
-
-            self.weights = torch.as_tensor(weights, dtype=torch.float32)
-            self._rows = None
-
-        def compute_loss_from_embeddings(self, embeddings, labels):
-            self._rows = labels
-            return super().compute_loss_from_embeddings(embeddings, labels)
-
-        def _anchor_losses(self, scores, positive):
-            losses = super()._anchor_losses(scores, positive)
-            return losses * self.weights[self._rows.cpu()].to(losses.device)
-
-    return AnchorWeightedLoss
-
-
-def AnchorWeightedLoss(*args, **kwargs):  # noqa: N802 - a class built on first use (torch imports lazily)
-    return _weighted_loss_class()(*args, **kwargs)
 
 
 def evaluate(model, meta: dict, args) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -80,31 +81,36 @@ def test_each_tool_setting_writes_its_manifest(tmp_path: Path, setting: str):
     header = json.loads(out.read_text().splitlines()[0])
     assert header["strategy"] == epochs.TOOL[setting]["strategy"]
     assert ("balance" in header) == ("balance" in epochs.TOOL[setting])
+    assert ("weight" in header) == ("weight" in epochs.TOOL[setting])
 
 
-def test_query_weights_give_every_query_the_same_share():
-    w = epochs.query_weights(META, ["q1-da", "q1-db", "q2-dc"])
-    assert w.mean() == pytest.approx(1.0)
-    assert w[0] == w[1] and w[0] + w[1] == pytest.approx(w[2])
+def toy_data(work: Path, meta: dict) -> None:
+    """data.jsonl as ``build`` writes it: a query's rows share its text as their anchor."""
+    text = {"1": "how are catalogues indexed", "2": "what do libraries lend", **{d: f"document {d}" for d in "abcd"}}
+    lines = [
+        {"id": r["id"], "anchor": text[r["query"]], "positive": text[r["pos"]], "negative": text[r["neg"]]}
+        for r in meta["rows"]
+    ]
+    (work / "data.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
 
 
-def test_anchor_weighted_loss_weights_each_anchors_term():
-    import torch
-
-    from contrast_audit.train import MaskedMultipleNegativesRankingLoss
-    from contrast_audit.train.relations import Relations
-
-    relations = Relations(n_rows=3, n_roles=2, masked={}, positives={})
-    torch.manual_seed(0)
-    q = torch.nn.functional.normalize(torch.randn(3, 4), dim=1)
-    d = torch.nn.functional.normalize(torch.randn(3, 4), dim=1)
-    labels = torch.tensor([0, 1, 2])
-    plain = MaskedMultipleNegativesRankingLoss(torch.nn.Identity(), relations, scale=20.0)
-    weights = np.array([0.5, 0.5, 2.0])
-    weighted = epochs.AnchorWeightedLoss(torch.nn.Identity(), relations, scale=20.0, weights=weights)
-    per_anchor = -torch.log_softmax(20.0 * q @ d.T, dim=1).diagonal()
-    assert plain.compute_loss_from_embeddings([q, d], labels).item() == pytest.approx(
-        per_anchor.mean().item(), rel=1e-5
-    )
-    got = weighted.compute_loss_from_embeddings([q, d], labels).item()
-    assert got == pytest.approx((per_anchor * torch.tensor([0.5, 0.5, 2.0])).mean().item(), rel=1e-5)
+def test_the_weight_settings_manifest_weighs_each_row_by_its_querys_rows(tmp_path: Path, monkeypatch):
+    """tool-weight's manifest gives each row 1 / (rows of its query) scaled to a mean of 1: the weights its
+    earlier in-benchmark loss used, so the earlier numbers stay comparable."""
+    # the benchmark's defaults without the model: the weights do not depend on the detectors
+    monkeypatch.setitem(epochs.TOOL_SETTINGS, "tool-weight", {"embeddings": False})
+    meta = {**META, "rows": META["rows"] + [{"id": "q1-dd", "query": "1", "pos": "d", "neg": "c"}]}
+    toy_data(tmp_path, meta)
+    out = tmp_path / "tool-weight-0.jsonl"
+    epochs.tool_manifest(out, "tool-weight", 0, tmp_path, argparse.Namespace(batch_size=2, epochs=2))
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    per_query = Counter(r["query"] for r in meta["rows"])
+    inverse = {r["id"]: 1 / per_query[r["query"]] for r in meta["rows"]}
+    expected = {i: w * len(inverse) / sum(inverse.values()) for i, w in inverse.items()}  # q1: 2/3, q2: 2
+    got = {i: w for b in records[1:] for i, w in zip(b["rows"], b["weights"], strict=True)}
+    assert got == pytest.approx(expected, rel=1e-12) and len(got) == 4
+    assert records[0]["weight"]["units"] == 2 and records[0]["strategy"] == "mask"
+    # a tool-weight manifest kept from before the manifest carried weights is written again
+    out.write_text("\n".join([json.dumps({k: v for k, v in records[0].items() if k != "weight"}), "{}"]) + "\n")
+    epochs.tool_manifest(out, "tool-weight", 0, tmp_path, argparse.Namespace(batch_size=2, epochs=2))
+    assert [json.loads(line) for line in out.read_text().splitlines()] == records
