@@ -114,3 +114,10 @@ def test_the_weight_settings_manifest_weighs_each_row_by_its_querys_rows(tmp_pat
     out.write_text("\n".join([json.dumps({k: v for k, v in records[0].items() if k != "weight"}), "{}"]) + "\n")
     epochs.tool_manifest(out, "tool-weight", 0, tmp_path, argparse.Namespace(batch_size=2, epochs=2))
     assert [json.loads(line) for line in out.read_text().splitlines()] == records
+
+
+def test_paired_differences_are_taken_seed_by_seed():
+    runs = [{"seed": s, "metrics": {"ndcg@10": v}} for s, v in ((0, 0.5), (1, 0.4), (2, 0.45))]
+    naive = {0: 0.4, 1: 0.45, 2: 0.4}
+    assert epochs.paired(runs, naive) == "+0.0333 (2/3 above)"
+    assert epochs.paired(runs, {}) == "–"
