@@ -28,7 +28,8 @@ Settings, all from the same start model, rows, epochs, batch size, learning rate
   text), so every training query carries the same share of an epoch's loss; the masked loss applies it;
 - ``tool-margin``: ``--strategy mask --margin --absolute-margin 0 --mask-severity suspect``: the manifest also
   masks every candidate the start model scores above the anchor's own positive (the margin rule at margin 0,
-  GISTEmbedLoss's exclusion with the start model as guide), written down once instead of computed per batch.
+  GISTEmbedLoss's exclusion with the start model as guide), written down once instead of computed per batch;
+- ``tool-margin-weight``: the same with ``--weight anchor``.
 
 False negatives are counted from the judgments: per anchor, the in-batch candidates (other rows'
 positives, every row's hard negative) judged relevant to the anchor's query; "left" are those not masked
@@ -63,6 +64,7 @@ SETTINGS = (
     "tool-cluster",
     "tool-weight",
     "tool-margin",
+    "tool-margin-weight",
 )
 TOOL = {
     "tool-mask": {"strategy": "mask"},
@@ -70,9 +72,11 @@ TOOL = {
     "tool-cluster": {"strategy": "cluster", "balance": 1},
     "tool-weight": {"strategy": "mask", "weight": "anchor"},
     "tool-margin": {"strategy": "mask", "mask_severity": "suspect"},
+    "tool-margin-weight": {"strategy": "mask", "mask_severity": "suspect", "weight": "anchor"},
 }
 # Settings (build_config keys) a tool setting adds to the defaults.
-TOOL_SETTINGS = {"tool-margin": {"margin": True, "absolute_margin": 0.0, "relative_margin": None}}
+_MARGIN = {"margin": True, "absolute_margin": 0.0, "relative_margin": None}
+TOOL_SETTINGS = {"tool-margin": _MARGIN, "tool-margin-weight": _MARGIN}
 HOLDOUT_SEED = 13
 SAMPLE_SEED = 7
 
