@@ -263,23 +263,28 @@ def _decode(path: Path, data: bytes) -> str:
 decode_text = _decode  # for other readers of UTF-8 text files (eval's BEIR files)
 
 
-def _split_lines(text: str) -> tuple[list[str], np.ndarray]:
-    """Non-blank lines (CRLF and CR-less endings accepted) and their 1-based line numbers."""
+def _split_lines(text: str, first_line: int = 1) -> tuple[list[str], np.ndarray]:
+    """Non-blank lines (CRLF and CR-less endings accepted) and their 1-based line numbers; ``first_line``
+    is the file's number of the text's first line (a block of a file read in blocks)."""
     series = pl.Series("line", text.split("\n"), dtype=pl.String).str.strip_suffix("\r")
-    frame = pl.DataFrame({"line": series}).with_row_index("no", offset=1)
+    frame = pl.DataFrame({"line": series}).with_row_index("no", offset=first_line)
     kept = frame.filter(pl.col("line").str.strip_chars() != "")
     return kept.get_column("line").to_list(), kept.get_column("no").to_numpy().astype(np.int64)
 
 
-def _read_jsonl(path: Path, text: str, on_bad_row: str, json_types: ColumnKinds) -> RawTable:
+def _read_jsonl(path: Path, text: str, on_bad_row: str, json_types: ColumnKinds, first_line: int = 1) -> RawTable:
+    """A JSON Lines text, or one block of it cut at a line end: ``first_line`` is the file's number of the
+    block's first line. The checks of a file's start (a JSON array, an object spread over several lines, a
+    CSV header) apply to the block that starts the file (``first_line`` 1)."""
     import pyarrow as pa
     import pyarrow.json as pj
 
-    lines, numbers = _split_lines(text)
+    lines, numbers = _split_lines(text, first_line)
     stripped = text.lstrip()
-    if path.suffix.lower() in (".json", "") and stripped.startswith("["):
+    starts_file = first_line == 1
+    if starts_file and path.suffix.lower() in (".json", "") and stripped.startswith("["):
         return _read_json_array(path, stripped, on_bad_row, json_types)
-    if stripped.startswith("{") and lines and _spread_over_lines(lines[0], stripped):
+    if starts_file and stripped.startswith("{") and lines and _spread_over_lines(lines[0], stripped):
         raise InputError(
             str(path),
             "holds a JSON object spread over several lines; each line must hold one whole object (JSON Lines), "
@@ -303,7 +308,7 @@ def _read_jsonl(path: Path, text: str, on_bad_row: str, json_types: ColumnKinds)
         return RawTable(str(path), "jsonl", frame, numbers, [])
     except (pa.ArrowException, ValueError, TypeError, OverflowError, pl.exceptions.PolarsError):
         pass
-    return _read_jsonl_slow(path, lines, numbers, on_bad_row, json_types)
+    return _read_jsonl_slow(path, lines, numbers, on_bad_row, json_types, starts_file)
 
 
 def _spread_over_lines(first: str, text: str) -> bool:
@@ -411,9 +416,11 @@ def _read_jsonl_slow(
     numbers: np.ndarray,
     on_bad_row: str,
     json_types: ColumnKinds,
+    starts_file: bool = True,
 ) -> RawTable:
     """Line-by-line parsing, used only when the fast reader refuses the file: it finds the exact
-    line and reason, and under ``--on-bad-row skip`` keeps every good line."""
+    line and reason, and under ``--on-bad-row skip`` keeps every good line. ``starts_file``: the
+    lines begin the file (so a first line that looks like a CSV header is reported as one)."""
     records: list[dict] = []
     kept: list[int] = []
     positions: list[int] = []
@@ -430,7 +437,7 @@ def _read_jsonl_slow(
             if "\r" in line:
                 reason += "; the line holds a bare carriage return (mixed line endings?)"
             looks_delimited = ("," in line or "\t" in line) and not line.lstrip().startswith(("{", "["))
-            if not records and not skipped and number == numbers[0] and looks_delimited:
+            if starts_file and not records and not skipped and number == numbers[0] and looks_delimited:
                 raise InputError(
                     str(path),
                     reason,
