@@ -24,6 +24,13 @@ repeated id (once every file is read: a ``--on-bad-row error`` or ``skip-empty``
 after it finds one). When a Parquet file fails after some of its batches were read, the file is read
 again whole to raise ``load_rows``' own error.
 
+Where the result can differ: ``load_rows`` reads a JSON Lines file with Arrow in 64 MB blocks and, when
+Arrow refuses a type change between its blocks that the blocks here accept (a column null, or lists of
+nothing but nulls, in its first 64 MB and filled later), reads the file line by line; an id written
+``-0`` then stays ``-0`` there and reads ``0`` here, and a bad row whose list holds only nulls is named
+with another reason. And ``load_rows`` fails (a polars error) on a file whose anchor is null on every row
+next to a file with rows, where the chunks here hold the other file's rows.
+
 Repeated ids are found with a compact index of the ids seen so far: sorted runs of a 64-bit hash, a
 second 32-bit hash to confirm a match, and each id's first location (file and line packed in 64 bits):
 20 bytes a row, about 200 MB at 10 million rows. Ids within one chunk are compared exactly.
