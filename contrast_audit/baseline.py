@@ -56,6 +56,24 @@ def row_hashes(norms: pl.Series, tids: np.ndarray, groups: pl.Series) -> pl.Seri
     """Each row's content hash (16 hex digits): ``tids`` is rows × (anchor, positive, negatives…) text
     ids into ``norms`` (the normalised texts), -1 where a row has fewer negatives; ``groups`` the rows'
     group values (null: none)."""
+    return hex_hashes(row_hash_values(norms, tids, groups))
+
+
+def hex_hashes(values: np.ndarray) -> pl.Series:
+    """uint64 row hashes as the 16 hex digits reports and baselines carry."""
+    parts = [pl.Series("row_hash", [], dtype=pl.String)]
+    for lo in range(0, values.shape[0], _HEX_PER_PART):  # in parts: the numpy text arrays are 4 bytes a character
+        part = values[lo : lo + _HEX_PER_PART]
+        hexed = np.frombuffer(part.astype(">u8").tobytes().hex().encode("ascii"), dtype="S16").astype("U16")
+        parts.append(pl.Series("row_hash", hexed, dtype=pl.String))
+    return pl.concat(parts)
+
+
+_HEX_PER_PART = 1 << 20
+
+
+def row_hash_values(norms: pl.Series, tids: np.ndarray, groups: pl.Series) -> np.ndarray:
+    """:func:`row_hashes` as uint64 (a row's hash depends on that row alone: rows can be hashed in parts)."""
     n = tids.shape[0]
     text = hash_ints(norms)
     values = (
@@ -75,8 +93,7 @@ def row_hashes(norms: pl.Series, tids: np.ndarray, groups: pl.Series) -> pl.Seri
         for slot, column in enumerate(values.T):
             h = np.where(tids[:, slot] >= 0, _mix(h ^ _mix(column + np.uint64(slot + 1))), h)
         h = _mix(h ^ _mix(group + np.uint64(0xFFFF)))
-    hexed = np.frombuffer(h.astype(">u8").tobytes().hex().encode("ascii"), dtype="S16").astype("U16")
-    return pl.Series("row_hash", hexed, dtype=pl.String)
+    return h
 
 
 def from_hex(hashes: list[str]) -> np.ndarray:

@@ -44,6 +44,10 @@ class Corpus:
         rids = self.raw[np.asarray(rows, dtype=np.int64), np.asarray(roles, dtype=np.int64) + 1]
         return self.raw_texts.gather(rids)
 
+    def norms(self, tids: pl.Series) -> pl.Series:
+        """The normalised text of each text id."""
+        return self.texts.get_column("norm").gather(tids)
+
     @property
     def n_rows(self) -> int:
         return int(self.anchor.shape[0])

@@ -145,14 +145,24 @@ def _frame(columns: dict[str, np.ndarray], hits: list, found: np.ndarray) -> pl.
     )
 
 
-def judge(
+@dataclass
+class Compared:
+    """What comparing a run of global batches gives before it is sorted: the frames of found pairs,
+    the candidates per direction and per anchor row."""
+
+    frames: list[pl.DataFrame]
+    by_direction: dict[str, int]
+    per_row: np.ndarray
+
+
+def compare_batches(
     corpus: Corpus,
     batches: GlobalBatches,
     detectors: Sequence[Detector],
     directions: Sequence[str],
     progress: Callable[[int], None] | None = None,
-) -> Judgement:
-    """Compare every anchor with its comparison set in every global batch."""
+) -> Compared:
+    """Compare every anchor with its comparison set in every global batch of ``batches``."""
     width = 1 + corpus.negatives.shape[1]
     per_row = np.zeros(corpus.n_rows, dtype=np.int64)
     frames: list[pl.DataFrame] = []
@@ -184,16 +194,28 @@ def judge(
                 )
             if progress:
                 progress(stop - start)
-    findings = _finish(frames, directions)
+    return Compared(frames, by_direction, per_row)
+
+
+def judge(
+    corpus: Corpus,
+    batches: GlobalBatches,
+    detectors: Sequence[Detector],
+    directions: Sequence[str],
+    progress: Callable[[int], None] | None = None,
+) -> Judgement:
+    """Compare every anchor with its comparison set in every global batch."""
+    compared = compare_batches(corpus, batches, detectors, directions, progress)
+    findings = finish_findings(compared.frames, directions)
     mislabelled = mislabelled_negatives(corpus, detectors)
     for d in detectors:  # detectors that buffer work (the token cache) complete it here
         getattr(d, "finish", lambda: None)()
     return Judgement(
         findings=findings,
         mislabelled=mislabelled,
-        candidates=sum(by_direction.values()),
-        candidates_by_direction=by_direction,
-        candidates_per_row=per_row,
+        candidates=sum(compared.by_direction.values()),
+        candidates_by_direction=compared.by_direction,
+        candidates_per_row=compared.per_row,
         detector_info={d.name: d.info() for d in detectors},
     )
 
@@ -234,7 +256,8 @@ def _severity_name(col: str = "severity_rank") -> pl.Expr:
     return pl.col(col).replace_strict(SEVERITY_NAMES, return_dtype=pl.String).cast(_SEVERITY).alias("severity")
 
 
-def _finish(frames: list[pl.DataFrame], directions: Sequence[str]) -> pl.DataFrame:
+def finish_findings(frames: list[pl.DataFrame], directions: Sequence[str]) -> pl.DataFrame:
+    """The found pairs of every run in one frame, in report order."""
     if not frames:
         return empty_findings()
     order = {d: i for i, d in enumerate(directions)}
@@ -281,20 +304,29 @@ def empty_findings() -> pl.DataFrame:
     )
 
 
-def mislabelled_negatives(corpus: Corpus, detectors: Sequence[Detector]) -> pl.DataFrame:
-    """Each row's own hard negatives, judged against that row's anchor and positive."""
+MISLABELLED_COLUMNS = (
+    "anchor_row",
+    "cand_role",
+    "cand_tid",
+    "severity",
+    "severity_rank",
+    "severity_rule",
+    "evidence",
+    "masked",
+    "baseline",
+)
+
+
+def mislabelled_negatives(
+    corpus: Corpus, detectors: Sequence[Detector], rows: np.ndarray | None = None
+) -> pl.DataFrame:
+    """Each row's own hard negatives (of ``rows``, sorted, or of every row), judged against that row's
+    anchor and positive."""
     rows_idx, slot = np.nonzero(corpus.negatives >= 0)
-    empty = empty_findings().select(
-        "anchor_row",
-        "cand_role",
-        "cand_tid",
-        "severity",
-        "severity_rank",
-        "severity_rule",
-        "evidence",
-        "masked",
-        "baseline",
-    )
+    if rows is not None:
+        keep = np.isin(rows_idx, rows)
+        rows_idx, slot = rows_idx[keep], slot[keep]
+    empty = empty_findings().select(MISLABELLED_COLUMNS)
     if rows_idx.shape[0] == 0:
         return empty
     rows_idx = rows_idx.astype(np.int64)
@@ -312,8 +344,24 @@ def mislabelled_negatives(corpus: Corpus, detectors: Sequence[Detector]) -> pl.D
         hits,
         found,
     )
+    return finish_mislabelled([frame])
+
+
+def finish_mislabelled(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """Judged hard negatives (``anchor_row``, ``cand_role``, ``cand_tid``, ``severity_rank``,
+    ``severity_rule``, ``evidence``) in one frame, in report order."""
+    empty = empty_findings().select(MISLABELLED_COLUMNS)
+    frames = [f for f in frames if f.height]
+    if not frames:
+        return empty
     return (
-        frame.with_columns(_severity_name(), pl.lit(False).alias("masked"), pl.lit(False).alias("baseline"))
+        pl.concat(
+            [
+                f.select(c for c in empty.columns if c in f.columns and c not in ("severity", "masked", "baseline"))
+                for f in frames
+            ]
+        )
+        .with_columns(_severity_name(), pl.lit(False).alias("masked"), pl.lit(False).alias("baseline"))
         .select(empty.columns)
         .sort(["severity_rank", "anchor_row", "cand_role"], descending=[True, False, False])
     )
