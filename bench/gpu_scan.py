@@ -2,6 +2,7 @@
 
     python bench/gpu_scan.py --rows 1000000 --out "${OUT:-/tmp/ca-gpu}"
     python bench/gpu_scan.py --data pairs.jsonl --out /tmp/ca-gpu --embed-batch-size 1024
+    python bench/gpu_scan.py --rows 1000000 --out /tmp/ca-gpu --engines memory ray   # needs the ray extra
 
 Needs a machine with an NVIDIA GPU, a CUDA build of torch and this project installed with its
 dependencies and the bundled model (or ``--model DIR``). Writes the synthetic pair file of
@@ -10,6 +11,9 @@ directory: ``scan --device cuda --format json --output`` cold (every text embedd
 warm (every vector from the cache). Records wall and CPU seconds and peak RSS of each process, the
 GPU's peak memory use (``nvidia-smi`` sampled every 200 ms), the report's counts and embedding figures,
 and ``nvidia-smi``'s description of the GPU, into ``results.json`` and ``results.md`` in ``--out``.
+With ``--engines memory ray`` each engine runs cold and warm with a cache of its own (``--engine ray``:
+the vectors on a local Ray instance's actors, one per GPU), and the table says whether each engine's
+findings are the first engine's.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--embed-batch-size", type=int, default=512)
     parser.add_argument("--scan-args", default="", help="extra scan flags, e.g. '--model DIR'")
+    parser.add_argument("--engines", nargs="+", default=["memory"], choices=["memory", "ray"])
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     gpu = _smi("--query-gpu=name,memory.total,driver_version", "--format=csv,noheader")
@@ -74,34 +79,44 @@ def main() -> None:
         if data is None:
             data = Path(tmp) / f"pairs_{args.rows}.jsonl"
             write_pairs(data, args.rows)
-        cache = Path(tmp) / "cache"
         runs = {}
-        for name in ("cold", "warm"):
-            report = Path(tmp) / f"{name}.json"
-            cmd = [
-                exe,
-                "scan",
-                str(data),
-                "--device",
-                "cuda",
-                "--batch-size",
-                str(args.batch_size),
-                "--embed-batch-size",
-                str(args.embed_batch_size),
-                "--cache-dir",
-                str(cache),
-                "--format",
-                "json",
-                "--output",
-                str(report),
-                "-q",
-                *shlex.split(args.scan_args),
-            ]
-            runs[name] = run_with_gpu_memory(cmd, Path(tmp) / f"{name}-gpu.log")
-            result = json.loads(report.read_text())
-            runs[name]["counts"] = {k: result["counts"].get(k) for k in ("rows", "texts", "candidates", "findings")}
-            runs[name]["embedding"] = result.get("detectors", {}).get("embedding", {})
-            print(f"{name}: {runs[name]}", flush=True)
+        reference = None
+        for engine in args.engines:
+            cache = Path(tmp) / f"cache-{engine}"
+            for name in ("cold", "warm"):
+                label = f"{engine} {name}" if len(args.engines) > 1 else name
+                report = Path(tmp) / f"{engine}-{name}.json"
+                cmd = [
+                    exe,
+                    "scan",
+                    str(data),
+                    "--device",
+                    "cuda",
+                    "--engine",
+                    engine,
+                    "--batch-size",
+                    str(args.batch_size),
+                    "--embed-batch-size",
+                    str(args.embed_batch_size),
+                    "--cache-dir",
+                    str(cache),
+                    "--format",
+                    "json",
+                    "--output",
+                    str(report),
+                    "-q",
+                    *shlex.split(args.scan_args),
+                ]
+                runs[label] = run_with_gpu_memory(cmd, Path(tmp) / f"{engine}-{name}-gpu.log")
+                result = json.loads(report.read_text())
+                findings = (result["findings"], result["mislabelled_negatives"])
+                reference = findings if reference is None else reference
+                runs[label]["same_findings"] = findings == reference
+                runs[label]["counts"] = {
+                    k: result["counts"].get(k) for k in ("rows", "texts", "candidates", "findings")
+                }
+                runs[label]["embedding"] = result.get("detectors", {}).get("embedding", {})
+                print(f"{label}: {runs[label]}", flush=True)
     summary = {
         "gpu": gpu,
         "machine": platform.platform(),
@@ -112,11 +127,11 @@ def main() -> None:
     lines = [
         f"GPU: {gpu}; data: {summary['data']}; batch size {args.batch_size}, embed batch {args.embed_batch_size}",
         "",
-        "| run | wall s | CPU s | peak RSS MiB | GPU peak MiB | texts | findings |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| run | wall s | CPU s | peak RSS MiB | GPU peak MiB | texts | findings | findings = first run's |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
         *(
             f"| {name} | {r['wall_s']} | {r['cpu_s']} | {r['peak_rss_mib']} | {r['gpu_peak_mib']} | "
-            f"{r['counts']['texts']} | {r['counts']['findings']} |"
+            f"{r['counts']['texts']} | {r['counts']['findings']} | {'yes' if r['same_findings'] else 'no'} |"
             for name, r in runs.items()
         ),
     ]

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from contrast_audit import resources
+from contrast_audit import engine, resources
 from contrast_audit._version import __version__
 from contrast_audit.baseline import Baseline, overlap_rows, read_baseline, row_hashes, scanned_targets
 from contrast_audit.config import AuditConfig, PlanConfig
@@ -219,7 +219,7 @@ class AuditResult:
     def text_hashes(self, tids: pl.Series) -> pl.Series:
         """The normalised-text hash of each text id (see ``overlap.text_hashes``)."""
         unique = tids.unique().sort()
-        hashes = text_hashes(self.corpus.texts.get_column("norm").gather(unique))
+        hashes = text_hashes(self.corpus.norms(unique))
         return tids.replace_strict(unique, hashes, return_dtype=pl.String) if unique.len() else tids.cast(pl.String)
 
     def hashed_findings(self) -> pl.DataFrame:
@@ -381,6 +381,7 @@ def prepare(
     progress: Progress | None = None,
     before_evidence: Callable[[LoadResult], None] | None = None,
     extend_rows: Callable[[LoadResult], LoadResult] | None = None,
+    encoder: Callable[..., Any] | None = None,
 ) -> Prepared:
     """Load, normalise and prepare the evidence (embedding texts when the detectors need it).
     ``extend_rows`` may add rows before the corpus is built (``--with-existing``); ``before_evidence`` runs on
@@ -397,7 +398,7 @@ def prepare(
         where,
         lambda share: (
             f"audit the data in parts of at most {resources.human(int(n_bytes * share))} "
-            "(split -C SIZE FILE part- keeps lines whole)"
+            "(split -C SIZE FILE part- keeps lines whole)" + engine.streaming_hint(cfg)
         ),
     )
     with _stage(progress, "Loading files"):
@@ -418,12 +419,12 @@ def prepare(
         where,
         lambda share: (
             f"audit the data in parts of at most {resources.round_down(corpus.n_rows * share):,} rows "
-            "(split -l ROWS FILE part-)" + (", or without embedding evidence (--no-embeddings)" if spaces else "")
+            "(split -l ROWS FILE part-)" + engine.streaming_hint(cfg)
         ),
     )
     if before_evidence is not None:
         before_evidence(loaded)
-    active = list(detectors) if detectors is not None else default_detectors(cfg, progress)
+    active = list(detectors) if detectors is not None else default_detectors(cfg, progress, encoder)
     for detector in active:
         with _stage(progress, f"Preparing {detector.name} evidence"):
             detector.prepare(corpus)
@@ -461,8 +462,35 @@ def audit(
     With ``reference.against``/``reference.eval`` new rows are checked against existing and eval data.
     """
     cfg = config or AuditConfig()
-    ref = cfg.reference
     baseline = read_baseline(cfg.baseline, SCHEMA_VERSION) if cfg.baseline else None  # fail early
+    chosen = engine.choose(cfg, expand_paths(list(paths)))
+    if chosen == "stream" or (chosen == "ray" and not engine.embeds_on_ray(cfg)):
+        return _streamed(paths, cfg, baseline, progress, config_file)
+    if chosen == "ray":  # the vectors on Ray, everything else in memory
+        from contrast_audit.engine import on_ray
+
+        with on_ray.connected(cfg.ray_address) as ray:
+            encoder = on_ray.embedder(ray, progress)
+            return _in_memory(paths, cfg, baseline, detectors, progress, config_file, encoder)
+    if cfg.engine == "auto" and detectors is None and engine.streams(cfg):
+        try:
+            return _in_memory(paths, cfg, baseline, detectors, progress, config_file)
+        except resources.MemoryRefused:  # the distinct texts do not fit after all: stream them
+            return _streamed(paths, cfg, baseline, progress, config_file)
+    return _in_memory(paths, cfg, baseline, detectors, progress, config_file)
+
+
+def _in_memory(
+    paths: Sequence[str],
+    cfg: AuditConfig,
+    baseline: Baseline | None,
+    detectors: Sequence[Detector] | None,
+    progress: Progress | None,
+    config_file: str | None,
+    encoder: Callable[..., Any] | None = None,
+) -> AuditResult:
+    """``audit`` on the in-memory engine; ``encoder`` computes the vectors the cache lacks elsewhere."""
+    ref = cfg.reference
     existing = load_existing(ref.against, ref.against_columns or cfg.mapping, cfg.on_bad_row) if ref.against else None
     manifest = None
     plan: Plan | None = None
@@ -482,7 +510,13 @@ def audit(
             plan = read_plan_file(cfg.plan.plan_file, ids)
 
     prepared = prepare(
-        paths, cfg, detectors=detectors, progress=progress, before_evidence=read_plan, extend_rows=extend
+        paths,
+        cfg,
+        detectors=detectors,
+        progress=progress,
+        before_evidence=read_plan,
+        extend_rows=extend,
+        encoder=encoder,
     )
     prepared.config = cfg
     loaded, corpus, active = prepared.loaded, prepared.corpus, prepared.detectors
@@ -527,6 +561,33 @@ def audit(
         store = next((d.store for d in active if getattr(d, "store", None) is not None), None)
         found = find_overlaps(corpus, is_new, targets, cfg, store=store, progress=progress)
         result.overlaps, result.overlap_texts, result.overlap_info = found.overlaps, found.texts, found.info
+    if baseline is not None:
+        mark_baseline(result, baseline)
+    return result
+
+
+def _streamed(
+    paths: Sequence[str],
+    cfg: AuditConfig,
+    baseline: Baseline | None,
+    progress: Progress | None,
+    config_file: str | None,
+) -> AuditResult:
+    """``audit`` on the streaming or Ray engine (``engine``): the same result, its texts read back from disk."""
+    from contrast_audit.engine import stream
+
+    sizes = stream.Sizes(limit=resources.parse_size(cfg.max_memory))
+    if cfg.engine == "ray":
+        from contrast_audit.engine import on_ray
+
+        s = on_ray.run(paths, cfg, sizes, progress, address=cfg.ray_address)
+    else:
+        s = stream.run(paths, cfg, sizes, progress)
+    n_sets = len(s.batches)
+    result = AuditResult(cfg, s.loaded, s.corpus, s.plan, n_sets, s.judgement, config_file, s.detectors)
+    result._row_hashes = s.row_hashes
+    plan_notes = plan_warnings(cfg, s.corpus.n_rows, s.plan, n_sets, s.judgement.candidates)
+    result.warnings = [*s.loaded.warnings, *plan_notes]
     if baseline is not None:
         mark_baseline(result, baseline)
     return result

@@ -401,6 +401,29 @@ MaxMemory = Annotated[
         "Input",
     ),
 ]
+
+
+class EngineChoice(str, Enum):
+    auto = "auto"
+    memory = "memory"
+    stream = "stream"
+    ray = "ray"
+
+
+EngineOpt = Annotated[
+    EngineChoice | None,
+    _opt(
+        "memory: every text in memory; stream: texts on disk, rows judged run by run within --max-memory "
+        "(lexical evidence); ray: the stream engine's work on Ray Data (pip install 'contrast-audit[ray]'); "
+        "auto: memory when the input fits, else stream.  \\[default: auto]",
+        "Input",
+        "--engine",
+    ),
+]
+RayAddress = Annotated[
+    str | None,
+    _opt("The Ray cluster --engine ray joins (host:port, or auto); without it a local instance starts.", "Input"),
+]
 ConfigFile = Annotated[
     Path | None,
     _opt("Settings file (default: ./contrast-audit.toml or \\[tool.contrast-audit] in ./pyproject.toml).", "Input"),
@@ -530,6 +553,8 @@ AUDIT_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("on_bad_row", OnBad),
     ("delimiter", Delimiter),
     ("max_memory", MaxMemory),
+    ("engine", EngineOpt),
+    ("ray_address", RayAddress),
 )
 _SETTING_NAMES = {"negative": "negatives", "id_column": "id"}  # flag parameter → settings key
 

@@ -18,6 +18,7 @@ from contrast_audit.errors import ConfigError
 DIRECTIONS = ("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc")
 SAMPLERS = ("random", "no-duplicates")
 ON_BAD_ROW = ("skip-empty", "error", "skip")
+ENGINES = ("auto", "memory", "stream", "ray")
 
 # Characters folded from both ends of a text by default: sentence punctuation, quotes and
 # brackets. Symbols that carry meaning at the edge of a text (``C++``, ``C#``, ``$5``, ``-1``) are kept.
@@ -281,11 +282,17 @@ class AuditConfig:
     reference: ReferenceConfig = field(default_factory=ReferenceConfig)
     baseline: str | None = None
     max_memory: str = "auto"  # refuse input that would need more (contrast_audit.resources)
+    engine: str = "auto"  # memory, stream, ray, or auto: memory when the input fits max_memory (contrast_audit.engine)
+    ray_address: str | None = None  # the Ray cluster --engine ray joins; None: a local instance
     delimiter: str | None = None  # the separator of CSV/TSV data files; None: from the extension, or detected
 
     def __post_init__(self) -> None:
         if self.on_bad_row not in ON_BAD_ROW:
             raise ConfigError(f"on_bad_row must be one of {', '.join(ON_BAD_ROW)}, got {self.on_bad_row!r}")
+        if self.engine not in ENGINES:
+            raise ConfigError(
+                f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}", fix="pass --engine auto"
+            )
         if str(self.max_memory).strip().lower() not in ("auto", "off"):
             from contrast_audit.resources import parse_size
 
@@ -327,6 +334,8 @@ _FILE_KEYS: dict[str, tuple[str | None, str]] = {
     "directions": ("loss", "directions"),
     "on_bad_row": (None, "on_bad_row"),
     "max_memory": (None, "max_memory"),
+    "engine": (None, "engine"),
+    "ray_address": (None, "ray_address"),
     "delimiter": (None, "delimiter"),
     "fail_on": (None, "fail_on"),
     "format": (None, "format"),
@@ -405,6 +414,8 @@ SETTING_RULES: dict[str, tuple[str, float | None, float | None, bool]] = {
             "plan",
             "on_bad_row",
             "max_memory",
+            "engine",
+            "ray_address",
             "delimiter",
             "format",
             "strategy",
@@ -637,7 +648,14 @@ def build_config(settings: dict[str, Any]) -> AuditConfig:
             continue
         value = check_setting(name, value, f"--{name.replace('_', '-')}")
         section, attr = _FILE_KEYS[name]
-        if section is None and attr not in ("on_bad_row", "baseline", "max_memory", "delimiter"):
+        if section is None and attr not in (
+            "on_bad_row",
+            "baseline",
+            "max_memory",
+            "engine",
+            "ray_address",
+            "delimiter",
+        ):
             continue
         if attr in ("negatives", "directions", "against", "eval"):
             value = tuple([value] if isinstance(value, str) else value)
@@ -664,6 +682,8 @@ def build_config(settings: dict[str, Any]) -> AuditConfig:
             on_bad_row=top.get("on_bad_row", "skip-empty"),
             baseline=top.get("baseline"),
             max_memory=top.get("max_memory", "auto"),
+            engine=top.get("engine", "auto"),
+            ray_address=top.get("ray_address"),
             delimiter=top.get("delimiter"),
         )
     except TypeError as exc:

@@ -360,6 +360,9 @@ class EmbeddingStore:
     doc: np.ndarray | None = None
     stats: dict[str, Any] = field(default_factory=dict)
     memo: dict[Any, np.ndarray] = field(default_factory=dict)  # per-row scores, computed once
+    # Computes the vectors the cache lacks in place of this process (``engine.on_ray.embedder``): called
+    # as ``encoder(store, texts, keys, prompt, source, cache)``, it returns their stored form, in order.
+    encoder: Callable[..., np.ndarray] | None = None
 
     def prepare(self, corpus: Corpus) -> None:
         if self.query is not None:
@@ -471,31 +474,43 @@ class EmbeddingStore:
         Texts are encoded by ``encode_batches``: a text's vector does not depend on which other texts
         share its batch, so a cache filled piecemeal holds the vectors a single run would compute.
         """
+        if self.encoder is not None:
+            return self.encoder(self, texts, keys, prompt, source, cache)
         st = self.model(source)
         tick = self.progress("Embedding texts", len(texts)) if self.progress else None
         out = np.zeros((len(texts), 0), dtype=VECTOR_DTYPE)
         pending: list[np.ndarray] = []
         last_flush = time.monotonic()
         done = 0
+        for part, vecs in self.encode_stored(st, texts, prompt):
+            if out.shape[1] == 0:
+                out = np.zeros((len(texts), vecs.shape[1]), dtype=VECTOR_DTYPE)
+            out[part] = vecs
+            pending.append(part)
+            done += len(part)
+            if tick:
+                tick(len(part))
+            waiting = sum(len(p) for p in pending)
+            if cache is not None and (
+                waiting >= FLUSH_TEXTS or time.monotonic() - last_flush >= FLUSH_SECONDS or done == len(texts)
+            ):
+                rows = np.sort(np.concatenate(pending))
+                self._flush(cache, keys[rows], out[rows])
+                pending, last_flush = [], time.monotonic()
+        return out
+
+    def encode_stored(self, st: Any, texts: list[str], prompt: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(positions, stored-form vectors) of ``texts``, batch by batch, as this store computes them."""
         with self.arithmetic(st):  # entered once: autocast casts the weights afresh on every entry
             for part, vecs in encode_batches(
                 st, texts, prompt, self.cfg.batch_size, normalize_embeddings=True, convert_to_numpy=True
             ):
-                if out.shape[1] == 0:
-                    out = np.zeros((len(texts), vecs.shape[1]), dtype=VECTOR_DTYPE)
-                out[part] = quantise(vecs)
-                pending.append(part)
-                done += len(part)
-                if tick:
-                    tick(len(part))
-                waiting = sum(len(p) for p in pending)
-                if cache is not None and (
-                    waiting >= FLUSH_TEXTS or time.monotonic() - last_flush >= FLUSH_SECONDS or done == len(texts)
-                ):
-                    rows = np.sort(np.concatenate(pending))
-                    self._flush(cache, keys[rows], out[rows])
-                    pending, last_flush = [], time.monotonic()
-        return out
+                yield part, quantise(vecs)
+
+    def flush(self, cache: EmbeddingCache | None, keys: np.ndarray, vectors: np.ndarray) -> None:
+        """Write new vectors to the cache (nothing without one)."""
+        if cache is not None:
+            self._flush(cache, keys, vectors)
 
     def _flush(self, cache: EmbeddingCache, keys: np.ndarray, vectors: np.ndarray) -> None:
         if not self.writable:

@@ -127,6 +127,10 @@ def round_down(n: float) -> int:
     return n // step * step
 
 
+class MemoryRefused(InputError):
+    """An input refused because it would not fit ``--max-memory``."""
+
+
 def check_memory(needed: int, limit: int | None, what: str, path: str, fix: Callable[[float], str]) -> None:
     """Refuse (exit 2) when ``needed`` exceeds ``limit``; nothing when there is no limit. ``fix`` gets
     the share of the input that would fit and says how to split it."""
@@ -134,7 +138,7 @@ def check_memory(needed: int, limit: int | None, what: str, path: str, fix: Call
         return
     share = (limit - BASE_BYTES) / max(needed - BASE_BYTES, 1)
     advice = fix(share) if share > 0 else f"the limit is below what a scan needs to start ({human(BASE_BYTES)})"
-    raise InputError(
+    raise MemoryRefused(
         path,
         f"{what} needs about {human(needed)} of memory and {human(limit)} is available (--max-memory)",
         fix=f"{advice}, or pass --max-memory off to try anyway (or a size, e.g. --max-memory 64G)",

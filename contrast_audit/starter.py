@@ -37,6 +37,14 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
                 "Refuse input needing more memory than this before the costly stages: auto, off or a size (16G).",
                 None,
             ),
+            "engine": (
+                "auto (in memory when the input fits max_memory, else streamed), memory, stream, or ray.",
+                None,
+            ),
+            "ray_address": (
+                "The Ray cluster --engine ray joins (host:port or auto); unset: a local instance.",
+                "head-node:6379",
+            ),
         },
     ),
     (
@@ -226,6 +234,8 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
 _TOP_LEVEL_DEFAULTS = {
     "on_bad_row": "skip-empty",
     "max_memory": "auto",
+    "engine": "auto",
+    "ray_address": None,
     "delimiter": None,
     "format": "text",
     "fail_on": None,

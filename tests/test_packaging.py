@@ -44,3 +44,9 @@ def test_wheel_builds_without_deprecation_warnings(tmp_path: Path):
     with zipfile.ZipFile(wheel) as archive:
         name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
         assert "License-Expression: Apache-2.0" in archive.read(name).decode("utf-8")
+
+
+def test_ray_is_an_extra_the_core_install_does_not_pull_in():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert not any(dep.startswith("ray") for dep in project["dependencies"])
+    assert any(dep.startswith("ray[data]") for dep in project["optional-dependencies"]["ray"])

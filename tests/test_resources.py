@@ -80,10 +80,24 @@ def _data(tmp_path: Path, n: int = 40) -> Path:
 
 def test_the_audit_refuses_before_reading_when_the_input_cannot_fit(tmp_path: Path) -> None:
     data = _data(tmp_path)
-    cfg = build_config({"embeddings": False, "max_memory": "1M"})
+    cfg = build_config({"embeddings": False, "max_memory": "1M", "engine": "memory"})
     with pytest.raises(InputError, match=r"pairs.jsonl: reading .* of input needs about .* --max-memory") as err:
         audit([str(data)], cfg)
     assert "--max-memory off" in err.value.fix and "below what a scan needs to start" in err.value.fix
+    # Just above what a scan needs to start: the refusal says how the data would fit.
+    near = {"max_memory": "256.01M", "engine": "memory"}
+    with pytest.raises(InputError) as err:
+        audit([str(data)], build_config({**near, "embeddings": False}))
+    assert "parts of at most" in err.value.fix and "or stream it (--engine stream)" in err.value.fix
+    with pytest.raises(InputError) as err:
+        audit([str(data)], build_config(near))
+    assert "or stream it without embedding evidence (--no-embeddings)" in err.value.fix
+
+
+def test_auto_streams_what_does_not_fit_and_refuses_below_the_streaming_floor(tmp_path: Path) -> None:
+    data = _data(tmp_path)
+    with pytest.raises(InputError, match=r"pairs.jsonl: streaming 40 rows needs about .* --max-memory"):
+        audit([str(data)], build_config({"embeddings": False, "max_memory": "1M"}))
 
 
 def test_the_audit_refuses_after_normalising_when_the_texts_cannot_fit(
@@ -94,9 +108,15 @@ def test_the_audit_refuses_after_normalising_when_the_texts_cannot_fit(
     stages: list[str] = []
     monkeypatch.setattr("contrast_audit.api.default_detectors", lambda *a: stages.append("evidence") or [])
     with pytest.raises(InputError, match=r"auditing 40 rows \(80 distinct texts\) needs about") as err:
-        audit([str(data)], build_config({"embeddings": False, "max_memory": "64G"}))
+        audit([str(data)], build_config({"embeddings": False, "max_memory": "64G", "engine": "memory"}))
     assert stages == []  # refused before any evidence was prepared
     assert "parts of at most 31 rows (split -l ROWS FILE part-)" in err.value.fix  # 64 of 80 GiB: 31 of 40
+    assert "or stream it (--engine stream)" in err.value.fix
+    # With --engine auto (the default) the same audit streams instead.
+    from contrast_audit.engine.stream import StreamCorpus
+
+    streamed = audit([str(data)], build_config({"embeddings": False, "max_memory": "64G"}))
+    assert isinstance(streamed.corpus, StreamCorpus) and streamed.corpus.n_rows == 40
 
 
 @pytest.mark.usefixtures(in_tmp.__name__)
@@ -104,7 +124,7 @@ def test_cli_exit_2_names_the_flag_and_off_runs_anyway(tmp_path: Path) -> None:
     _data(tmp_path)
     refused = RUNNER.invoke(app, ["scan", "pairs.jsonl", *LEXICAL, "--max-memory", "1M", "-q"])
     assert refused.exit_code == 2
-    assert "pairs.jsonl: reading" in refused.output and "--max-memory off" in refused.output
+    assert "pairs.jsonl: streaming 40 rows" in refused.output and "--max-memory off" in refused.output
     assert RUNNER.invoke(app, ["scan", "pairs.jsonl", *LEXICAL, "--max-memory", "off", "-q"]).exit_code == 0
     bad = RUNNER.invoke(app, ["manifest", "pairs.jsonl", *LEXICAL, "--max-memory", "lots", "--out", "m.jsonl"])
     assert bad.exit_code == 2 and "--max-memory must be" in bad.output

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict
+from typing import Any
 
 from contrast_audit.config import AuditConfig
 from contrast_audit.evidence.base import (
@@ -45,9 +46,12 @@ REGISTRY: dict[str, type] = {
 
 
 def default_detectors(
-    cfg: AuditConfig, progress: Callable[[str, int], Callable[[int], None]] | None = None
+    cfg: AuditConfig,
+    progress: Callable[[str, int], Callable[[int], None]] | None = None,
+    encoder: Callable[..., Any] | None = None,
 ) -> list[Detector]:
-    """The detectors a scan runs, configured from ``cfg``."""
+    """The detectors a scan runs, configured from ``cfg``; ``encoder`` computes the vectors the cache
+    lacks in place of this process (``EmbeddingStore.encoder``)."""
     detectors: list[Detector] = [
         ExactDetector(asdict(cfg.normalise)),
         SameAnchorDetector(),
@@ -62,7 +66,7 @@ def default_detectors(
         from contrast_audit.embed import EmbeddingStore
 
         e = cfg.embedding
-        store = EmbeddingStore(e, progress)
+        store = EmbeddingStore(e, progress, encoder=encoder)
         semantic += [EmbeddingDetector(store, e.positive_threshold), AnchorEmbeddingDetector(store, e.anchor_threshold)]
         margin = MarginDetector(
             store, e.absolute_margin, e.relative_margin, e.margin_support, e.margin, e.margin_doc_ratio

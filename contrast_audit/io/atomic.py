@@ -105,7 +105,7 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -141,7 +141,7 @@ def remove_stale_temporaries(target: Path) -> list[Path]:
         if not (name.startswith(prefix) and name.endswith(".tmp")):
             continue
         pid_text = name[len(prefix) :].split(".", 1)[0]
-        if not pid_text.isdigit() or _pid_alive(int(pid_text)):
+        if not pid_text.isdigit() or pid_alive(int(pid_text)):
             continue
         try:
             os.unlink(entry.path)

@@ -11,6 +11,7 @@ above ``mask_severity`` become the manifest's entries.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -87,6 +88,12 @@ def build_manifest(
     if mask_severity not in SEVERITIES:
         raise ConfigError(f"mask-severity must be one of {', '.join(SEVERITIES)}, got {mask_severity!r}")
     cfg = config or AuditConfig()
+    if cfg.engine == "stream" or (cfg.engine == "ray" and not cfg.embedding.enabled):
+        raise ConfigError(
+            f"manifest runs on the in-memory engine, not --engine {cfg.engine}: its group and balance "
+            "relations span every row's texts (--engine ray computes only its vectors on Ray)",
+            fix="leave --engine out (or pass --engine memory); scan streams inputs larger than memory",
+        )
     _check_balance(strategy, balance, clusters, cfg)
     if weight is not None and weight not in WEIGHTS:
         raise ConfigError(
@@ -105,7 +112,15 @@ def build_manifest(
         if cfg.plan.plan_file:
             user_plan = read_plan_file(cfg.plan.plan_file, loaded.rows.get_column("id"))
 
-    prepared = prepare(paths, cfg, detectors=detectors, progress=progress, before_evidence=read_plan)
+    with contextlib.ExitStack() as stack:
+        encoder = None
+        if cfg.engine == "ray":  # the vectors on Ray's actors, everything else here
+            from contrast_audit.engine import on_ray
+
+            encoder = on_ray.embedder(stack.enter_context(on_ray.connected(cfg.ray_address)), progress)
+        prepared = prepare(
+            paths, cfg, detectors=detectors, progress=progress, before_evidence=read_plan, encoder=encoder
+        )
     corpus = prepared.corpus
     threshold = SEVERITY_RANK[mask_severity]
     world = cfg.plan.world_size

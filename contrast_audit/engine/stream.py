@@ -1,0 +1,663 @@
+"""The streaming engine: an audit whose peak memory follows its run size and a few hundred bytes a row,
+not the input's texts.
+
+The in-memory engine holds every text of the input, normalised and signed, at once. This one holds
+only what is global, a few integers per row, and keeps the texts on disk (docs/scale.md):
+
+1. **Read** the input in row chunks (``io.chunks``) and spill each chunk's texts to an Arrow IPC file
+   in a private directory. Per row it keeps two 64-bit hashes of each normalised text, the row's
+   content hash and its ids, source, cohort, group, file and line.
+2. **Normalise**: text ids from the hashes, in the order the in-memory corpus gives them (first seen
+   among all anchors, then positives, then hard negatives), so findings name the same ids.
+3. **Plan** the batches from the row count (and, for ``no_duplicates``, ids of the exact strings).
+4. **Judge** runs of consecutive global batches: the rows of a run are read back from the spill, made
+   into a corpus of their own, and the detectors are prepared on it and compare its batches exactly
+   as the in-memory judge does. Evidence that needs the whole dataset (``linked``: chains of positive
+   pairs across rows) is prepared once on the global text ids and consulted through the run's ids.
+   Each row's own hard negatives are judged in the first run that holds the row.
+5. **Report** from the same ``AuditResult``: texts of the rows a report shows are read back from the
+   spill.
+
+Findings are those of the in-memory engine, row for row. What differs: ``minhash``'s corpus-wide
+counts (``candidate_checks``, ``near_duplicate_pairs``, ``skipped_buckets``) are not computed (null in
+the report), since no run sees the whole corpus. Embedding evidence, reference data (``--against``,
+``--eval``) and manifests as plans need the in-memory engine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from contrast_audit.baseline import hex_hashes, row_hash_values
+from contrast_audit.config import AuditConfig
+from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, Corpus, build_corpus
+from contrast_audit.errors import ConfigError, InputError
+from contrast_audit.evidence import Detector, Hits, Pairs, default_detectors
+from contrast_audit.io.chunks import iter_row_chunks
+from contrast_audit.io.load import LoadResult
+from contrast_audit.judge import (
+    Judgement,
+    candidate_counts,
+    compare_batches,
+    finish_findings,
+    finish_mislabelled,
+    mislabelled_negatives,
+)
+from contrast_audit.normalise import normalise_series
+from contrast_audit.plan import GlobalBatches, Plan, make_plan, read_plan_file
+
+TEXT_COLUMNS = ("anchor", "positive", "negatives")
+_SEEDS = (0x5EED_0001, 0x5EED_0002)  # two polars hashes of a normalised text: 128 bits name it
+# Memory per row the global state holds (ids, text ids, content hashes, plan, the linked graph), and
+# per row of a run (its texts normalised, signed and compared): about 204 bytes and 2.4 KB measured on
+# bench/scan_scale.py data with lexical evidence (docs/scale.md), with some room on top.
+GLOBAL_BYTES_PER_ROW = 230
+RUN_BYTES_PER_ROW = 2_700
+READ_BYTES_PER_ROW = 2_500
+MIN_RUN_ROWS = 20_000
+MAX_RUN_ROWS = 1_000_000
+CHUNK_ROWS = 250_000
+
+
+def unsupported(cfg: AuditConfig) -> str | None:
+    """Why ``cfg`` needs the in-memory engine, or None when the streaming engine can run it."""
+    if cfg.embedding.enabled:
+        return "embedding evidence holds every text's vector (pass --no-embeddings)"
+    if cfg.reference.against or cfg.reference.eval:
+        return "checking against existing or eval data (--against, --eval) needs every text at once"
+    if cfg.plan.plan_file:
+        from contrast_audit.manifest.replay import is_manifest_file
+
+        if is_manifest_file(cfg.plan.plan_file):
+            return "a manifest as plan is checked against every row's texts"
+    return None
+
+
+@dataclass
+class Sizes:
+    """Rows read at once, and rows a judged run of batches may hold (None: from the memory limit and
+    the row count, once it is known)."""
+
+    limit: int | None = None
+    chunk_rows: int | None = None
+    run_rows: int | None = None
+
+    def reading(self) -> int:
+        if self.chunk_rows is not None:
+            return self.chunk_rows
+        if self.limit is None:
+            return CHUNK_ROWS
+        return int(max(MIN_RUN_ROWS // 4, min(CHUNK_ROWS, self.limit // (4 * READ_BYTES_PER_ROW))))
+
+    def judging(self, n_rows: int, where: str) -> int:
+        """Rows per run for ``n_rows`` rows; refuses (exit 2) when the global state alone leaves too
+        little of the limit."""
+        if self.run_rows is not None:
+            return self.run_rows
+        if self.limit is None:
+            return MAX_RUN_ROWS
+        from contrast_audit.resources import BASE_BYTES, check_memory
+
+        left = self.limit - BASE_BYTES - GLOBAL_BYTES_PER_ROW * n_rows
+        check_memory(
+            BASE_BYTES + GLOBAL_BYTES_PER_ROW * n_rows + RUN_BYTES_PER_ROW * MIN_RUN_ROWS,
+            self.limit,
+            f"streaming {n_rows:,} rows",
+            where,
+            lambda share: f"audit the data in parts of at most {int(n_rows * share):,} rows",
+        )
+        return int(min(MAX_RUN_ROWS, left // RUN_BYTES_PER_ROW))
+
+
+SPILL_PREFIX = "contrast-audit-spill-"
+
+
+def remove_stale_spills(root: Path) -> list[Path]:
+    """Remove spill directories in ``root`` whose process no longer runs (one killed with SIGKILL,
+    which no cleanup survives); the process id is in the name, so a concurrent run's is left alone."""
+    from contrast_audit.io.atomic import pid_alive
+
+    removed: list[Path] = []
+    for path in root.glob(f"{SPILL_PREFIX}*-*"):
+        pid = path.name[len(SPILL_PREFIX) :].split("-", 1)[0]
+        if path.is_dir() and pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+class Spill:
+    """The input's texts on disk: one Arrow IPC file per chunk of rows, read back by row."""
+
+    def __init__(self, parent: str | None = None) -> None:
+        root = Path(parent or tempfile.gettempdir())
+        remove_stale_spills(root)
+        # Removed with this object (or at exit): a report written after the audit still reads texts.
+        self._dir = tempfile.TemporaryDirectory(prefix=f"{SPILL_PREFIX}{os.getpid()}-", dir=root)
+        self.directory = Path(self._dir.name)
+        self.starts: list[int] = [0]
+
+    def close(self) -> None:
+        self._dir.cleanup()
+
+    def write(self, rows: pl.DataFrame) -> None:
+        rows.select(*TEXT_COLUMNS, "group").write_ipc(
+            self._path(len(self.starts) - 1), compression="uncompressed", compat_level=pl.CompatLevel.oldest()
+        )
+        self.starts.append(self.starts[-1] + rows.height)
+
+    def _path(self, i: int) -> Path:
+        return self.directory / f"rows-{i:06d}.arrow"
+
+    def read(self, rows: np.ndarray) -> pl.DataFrame:
+        """The spilled columns of ``rows`` (sorted, distinct), in that order."""
+        import pyarrow as pa
+        import pyarrow.ipc as ipc
+
+        starts = np.asarray(self.starts)
+        cut = np.searchsorted(rows, starts)
+        parts: list[pl.DataFrame] = []
+        for i in range(len(starts) - 1):
+            lo, hi = cut[i], cut[i + 1]
+            if lo == hi:
+                continue
+            # Memory-mapped and closed again: only the rows taken stay in memory.
+            with pa.memory_map(str(self._path(i))) as source:
+                table = ipc.open_file(source).read_all().take(pa.array(rows[lo:hi] - starts[i]))
+                parts.append(pl.from_arrow(table))  # type: ignore[arg-type]
+        return pl.concat(parts) if parts else pl.DataFrame()
+
+
+class StreamCorpus(Corpus):
+    """The global corpus of a streamed audit: every row's text ids, with the texts left in the spill."""
+
+    def __init__(self, meta: pl.DataFrame, tids: np.ndarray, n_texts: int, raw: np.ndarray, spill: Spill, cfg) -> None:
+        group = meta.get_column("group")
+        super().__init__(
+            rows=meta,
+            texts=pl.DataFrame(schema={"tid": pl.UInt32, "text": pl.String, "norm": pl.String}),
+            anchor=tids[:, 0],
+            positive=tids[:, 1],
+            negatives=tids[:, 2:],
+            group=group.cast(pl.Categorical).to_physical().cast(pl.Int64).fill_null(-1).to_numpy()
+            if group.null_count() < meta.height
+            else np.full(meta.height, -1, dtype=np.int64),
+            raw=raw,
+            raw_texts=pl.Series("raw", [], dtype=pl.String),
+        )
+        self._n_texts = n_texts
+        self._spill = spill
+        self._normalise = cfg
+
+    @property
+    def n_texts(self) -> int:
+        return self._n_texts
+
+    def spelling(self, rows: np.ndarray, roles: np.ndarray) -> pl.Series:
+        rows = np.asarray(rows, dtype=np.int64)
+        roles = np.asarray(roles, dtype=np.int64)
+        if rows.shape[0] == 0:
+            return pl.Series("raw", [], dtype=pl.String)
+        distinct, at = np.unique(rows, return_inverse=True)
+        texts = self._spill.read(distinct)
+        anchor = texts.get_column("anchor").gather(at)
+        positive = texts.get_column("positive").gather(at)
+        negative = (
+            texts.get_column("negatives").gather(at).list.get(pl.Series(np.maximum(roles - 1, 0)), null_on_oob=True)
+        )
+        return (
+            pl.DataFrame({"r": roles, "a": anchor, "p": positive, "n": negative})
+            .select(
+                pl.when(pl.col("r") == ANCHOR_ROLE)
+                .then(pl.col("a"))
+                .when(pl.col("r") == POSITIVE_ROLE)
+                .then(pl.col("p"))
+                .otherwise(pl.col("n"))
+                .alias("raw")
+            )
+            .to_series()
+        )
+
+    def norms(self, tids: pl.Series) -> pl.Series:
+        """The normalised text of each text id, read from a row that holds it."""
+        wanted = tids.to_numpy().astype(np.int64)
+        if wanted.shape[0] == 0:
+            return pl.Series("norm", [], dtype=pl.String)
+        distinct = np.unique(wanted)
+        full = np.concatenate([self.anchor[:, None], self.positive[:, None], self.negatives], axis=1)
+        row, slot = np.nonzero(np.isin(full, distinct))
+        tid = full[row, slot]
+        _, first = np.unique(tid, return_index=True)  # one place per text id, in id order
+        raw = self.spelling(row[first], slot[first] - 1)
+        norm = normalise_series(raw, self._normalise).to_numpy()
+        return pl.Series("norm", norm[np.searchsorted(distinct, wanted)], dtype=pl.String)
+
+
+class _Global:
+    """A detector prepared on the global corpus, consulted with a run's pairs (run rows and text ids
+    translated to global ones)."""
+
+    def __init__(self, inner: Detector, rows: np.ndarray, tids: np.ndarray) -> None:
+        self.inner, self.rows, self.tids = inner, rows, tids
+        self.name = inner.name
+        self.description = inner.description
+
+    def prepare(self, corpus: Corpus) -> None:  # prepared globally
+        pass
+
+    def detect(self, pairs: Pairs) -> Hits:
+        return self.inner.detect(
+            Pairs(
+                pairs.direction,
+                self.rows[pairs.anchor_row],
+                self.rows[pairs.cand_row],
+                pairs.cand_role,
+                self.tids[pairs.cand_tid],
+            )
+        )
+
+    def info(self) -> dict[str, Any]:
+        return self.inner.info()
+
+
+GLOBAL_DETECTORS = ("linked",)
+
+
+@dataclass
+class _Read:
+    meta: pl.DataFrame
+    keys: Keys
+    loaded: LoadResult
+    texts: Any = None  # where a distributed engine keeps the rows' texts (Ray object references)
+
+
+class Keys:
+    """The per-row keys of every chunk (``row_keys``), on disk until the texts are numbered, so that
+    reading holds one chunk's keys at a time; the rows' content hashes stay in memory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.parts: list[tuple[int, int, int]] = []  # first row, rows, slots
+        self._row_hashes: list[tuple[int, np.ndarray]] = []
+        self.raw = False
+
+    def add(self, first: int, hashes: np.ndarray, raw: np.ndarray | None, row_hash: np.ndarray) -> None:
+        np.save(self._path("keys", first), hashes)
+        if raw is not None:
+            np.save(self._path("raw", first), raw)
+            self.raw = True
+        self.parts.append((first, hashes.shape[0], hashes.shape[1]))
+        self._row_hashes.append((first, row_hash))
+
+    def _path(self, kind: str, first: int) -> Path:
+        return self.directory / f"{kind}-{first:012d}.npy"
+
+    def load(self, kind: str, first: int) -> np.ndarray:
+        return np.load(self._path(kind, first), mmap_mode="r")
+
+    def finish(self) -> None:
+        """Parts in row order (a distributed read delivers them in any order)."""
+        self.parts.sort()
+        self._row_hashes.sort(key=lambda p: p[0])
+
+    @property
+    def n_rows(self) -> int:
+        return sum(p[1] for p in self.parts)
+
+    @property
+    def width(self) -> int:
+        return max((p[2] for p in self.parts), default=2)
+
+    def row_hashes(self) -> np.ndarray:
+        return np.concatenate([h for _, h in self._row_hashes]) if self._row_hashes else np.zeros(0, np.uint64)
+
+    def text_ids(self) -> tuple[np.ndarray, int]:
+        """rows × slots text ids (``text_ids``), read part by part."""
+        n, width = self.n_rows, self.width
+        segments = [(slot, part) for slot in (0, 1) for part in self.parts] + [(2, part) for part in self.parts]
+        pieces: list[np.ndarray] = []
+        for slot, (first, _, w) in segments:
+            h = self.load("keys", first)
+            if slot < 2:
+                pieces.append(np.asarray(h[:, slot, :]))
+            elif w > 2:
+                neg = np.asarray(h[:, 2:, :]).reshape(-1, 2)
+                pieces.append(neg[(neg != 0).any(axis=1)])
+        occ = np.concatenate(pieces) if pieces else np.zeros((0, 2), np.uint64)
+        del pieces
+        h1, h2 = np.ascontiguousarray(occ[:, 0]), np.ascontiguousarray(occ[:, 1])
+        del occ
+        tid, n_texts = number_texts(h1, h2)
+        del h1, h2
+        out = np.full((n, width), -1, dtype=np.int64)
+        at = 0
+        for slot, (first, rows, w) in segments:
+            if slot < 2:
+                out[first : first + rows, slot] = tid[at : at + rows]
+                at += rows
+            elif w > 2:
+                has = (np.asarray(self.load("keys", first)[:, 2:, :]) != 0).any(axis=2)
+                block = np.full(has.shape, -1, dtype=np.int64)
+                block[has] = tid[at : at + int(has.sum())]
+                at += int(has.sum())
+                out[first : first + rows, 2:w] = block
+        return out, n_texts
+
+    def raw_ids(self) -> np.ndarray:
+        """rows × slots ids of the exact strings (``raw_ids``)."""
+        width = self.width
+        raw = np.concatenate(
+            [np.pad(np.asarray(self.load("raw", f)), ((0, 0), (0, width - w))) for f, _, w in self.parts]
+        )
+        return raw_ids(raw)
+
+
+def _text_hashes(texts: pl.Series) -> np.ndarray:
+    return np.stack([texts.hash(seed).to_numpy() for seed in _SEEDS], axis=1)
+
+
+def row_keys(rows: pl.DataFrame, normalise, want_raw: bool) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """What the global state keeps of canonical rows: rows × slots × 2 hashes of each normalised text
+    (0 where a row has no text in the slot), rows × slots hashes of the exact strings (``want_raw``),
+    and each row's content hash."""
+    local = build_corpus(rows, normalise)
+    tids = np.concatenate([local.anchor[:, None], local.positive[:, None], local.negatives], axis=1)
+    norms = local.texts.get_column("norm")
+    text = _text_hashes(norms)
+    hashes = np.where((tids >= 0)[:, :, None], text[np.maximum(tids, 0)], np.uint64(0))
+    raw = None
+    if want_raw:
+        raw_text = local.raw_texts.hash(_SEEDS[0]).to_numpy()
+        raw = np.where(local.raw >= 0, raw_text[np.maximum(local.raw, 0)], np.uint64(0))
+    return hashes, raw, row_hash_values(norms, tids, rows.get_column("group"))
+
+
+def wants_raw(cfg: AuditConfig) -> bool:
+    """Whether the plan needs ids of the exact strings (``no-duplicates``)."""
+    return cfg.plan.sampler != "random" and not cfg.plan.plan_file
+
+
+def read_input(
+    paths: Sequence[str], cfg: AuditConfig, spill: Spill, chunk_rows: int, tick: Callable[[int], None] | None
+) -> _Read:
+    """Pass over the input once, spilling texts and keeping the per-row keys."""
+    chunks = iter_row_chunks(list(paths), cfg.mapping, cfg.on_bad_row, cfg.normalise, cfg.delimiter, chunk_rows)
+    metas: list[pl.DataFrame] = []
+    keys = Keys(spill.directory)
+    first = 0
+    for chunk in chunks:
+        rows = chunk.rows
+        if rows.height == 0:
+            continue
+        keys.add(first, *row_keys(rows, cfg.normalise, wants_raw(cfg)))
+        spill.write(rows)
+        metas.append(compact(rows.drop(*TEXT_COLUMNS)))
+        first += rows.height
+        if tick:
+            tick(rows.height)
+    return finished_read(metas, keys, chunks, str(paths[0]))
+
+
+def compact(meta: pl.DataFrame) -> pl.DataFrame:
+    """A chunk's rows without texts, their repeated values (file, source, cohort, group) as categoricals."""
+    return meta.with_columns(pl.col("file", "source", "cohort", "group").cast(pl.Categorical))
+
+
+def finished_read(metas: list[pl.DataFrame], keys: Keys, chunks: Any, where: str) -> _Read:
+    """The read's result once every chunk is in (``chunks``: the finished ``iter_row_chunks``)."""
+    if not metas:
+        raise InputError(where, "no valid rows left after skipping bad rows", fix="fix the input")
+    keys.finish()
+    meta = pl.concat(metas, rechunk=False)
+    loaded = LoadResult(meta, chunks.mappings, chunks.skipped, chunks.files, chunks.warnings)
+    return _Read(meta, keys, loaded)
+
+
+def text_ids(hashes: np.ndarray, has: np.ndarray) -> tuple[np.ndarray, int]:
+    """rows × slots text ids from the texts' hashes (rows × slots × 2), numbered as ``build_corpus``
+    numbers them: in order of first appearance among every row's anchor, then every positive, then
+    the hard negatives row by row. -1 where a row has no text in the slot (``has`` false)."""
+    n, width = has.shape
+    neg = has[:, 2:]
+    occ = np.concatenate([hashes[:, 0], hashes[:, 1], hashes[:, 2:][neg]])
+    tid, n_texts = number_texts(np.ascontiguousarray(occ[:, 0]), np.ascontiguousarray(occ[:, 1]))
+    out = np.full((n, width), -1, dtype=np.int64)
+    out[:, 0], out[:, 1] = tid[:n], tid[n : 2 * n]
+    block = out[:, 2:]
+    block[neg] = tid[2 * n :]
+    out[:, 2:] = block
+    return out, n_texts
+
+
+def number_texts(h1: np.ndarray, h2: np.ndarray) -> tuple[np.ndarray, int]:
+    """Text ids of occurrences listed in order (``h1``, ``h2``: the two hashes of each): each distinct
+    text numbered by its first occurrence. A stable sort on the first hash groups a text's
+    occurrences, first one first; the second hash is checked, and two texts that share the first
+    are told apart by a sort on both."""
+    count = h1.shape[0]
+    if count == 0:
+        return np.zeros(0, np.int64), 0
+    order = np.argsort(h1, kind="stable")
+    new = np.empty(count, dtype=bool)
+    new[0] = True
+    s = h1[order]
+    np.not_equal(s[1:], s[:-1], out=new[1:])
+    s = h2[order]
+    shared = bool(np.any(~new[1:] & (s[1:] != s[:-1])))
+    del s
+    if shared:  # two texts with one first hash (about 1 in 10^19 per pair)
+        order = np.lexsort((np.arange(count), h2, h1))
+        s1, s2 = h1[order], h2[order]
+        new[1:] = (s1[1:] != s1[:-1]) | (s2[1:] != s2[:-1])
+        del s1, s2
+    first = order[new]  # each text's first occurrence
+    rank = np.empty(first.shape[0], dtype=np.int64)
+    rank[np.argsort(first)] = np.arange(first.shape[0])
+    group = np.cumsum(new) - 1
+    out = np.empty(count, dtype=np.int64)
+    out[order] = rank[group]
+    return out, int(first.shape[0])
+
+
+def raw_ids(raw_hashes: np.ndarray) -> np.ndarray:
+    """Ids of the exact strings (any numbering: the sampler compares them for equality), -1 padded."""
+    out = np.full(raw_hashes.shape, -1, dtype=np.int64)
+    has = raw_hashes != 0
+    _, inverse = np.unique(raw_hashes[has], return_inverse=True)
+    out[has] = inverse
+    return out
+
+
+@dataclass(frozen=True)
+class Run:
+    """Global batches ``start..stop-1``, and the rows whose own hard negatives are judged with them
+    (sorted): those the run is the first to hold, or rows in no batch (a run without batches)."""
+
+    start: int
+    stop: int
+    mislabelled: np.ndarray
+
+
+@dataclass
+class Work:
+    """What every run is judged against: the global text ids, the batches, the runs and the evidence
+    prepared on the whole corpus. Picklable: a distributed engine ships it to its workers once."""
+
+    cfg: AuditConfig
+    tids: np.ndarray  # rows × (anchor, positive, negatives…)
+    batches: GlobalBatches
+    runs: list[Run]
+    global_detectors: dict[str, Detector]
+
+    def rows(self, i: int) -> np.ndarray:
+        """The rows run ``i`` reads (sorted, distinct)."""
+        run = self.runs[i]
+        b = self.batches
+        return np.unique(np.r_[b.rows[b.offsets[run.start] : b.offsets[run.stop]], run.mislabelled])
+
+    def judge(self, i: int, texts: pl.DataFrame) -> tuple[list[pl.DataFrame], pl.DataFrame]:
+        """Findings and mislabelled negatives of run ``i``, in global rows and text ids; ``texts`` are the
+        spilled columns (``TEXT_COLUMNS`` and ``group``) of ``rows(i)``, in that order."""
+        run, b, cfg = self.runs[i], self.batches, self.cfg
+        rows = self.rows(i)
+        local = build_corpus(texts, cfg.normalise)
+        # Run text ids → global ones, through the rows that hold them.
+        l2g = np.full(local.n_texts, -1, dtype=np.int64)
+        width = 2 + local.negatives.shape[1]  # a run's rows may hold fewer negatives than the widest row
+        local_tids = np.concatenate([local.anchor[:, None], local.positive[:, None], local.negatives], axis=1)
+        has = local_tids >= 0
+        l2g[local_tids[has]] = self.tids[rows, :width][has]
+        detectors: list[Detector] = []
+        for d in default_detectors(cfg):
+            if d.name in self.global_detectors:
+                detectors.append(_Global(self.global_detectors[d.name], rows, l2g))
+            else:
+                d.prepare(local)
+                detectors.append(d)
+        occurrences = b.rows[b.offsets[run.start] : b.offsets[run.stop]]
+        local_batches = GlobalBatches(
+            np.searchsorted(rows, occurrences),
+            b.offsets[run.start : run.stop + 1] - b.offsets[run.start],
+            b.epoch[run.start : run.stop],
+        )
+        as_rows, as_tids = pl.Series("row", rows), pl.Series("tid", l2g)
+        frames = [
+            f.with_columns(
+                pl.col("batch") + run.start,
+                as_rows.gather(f.get_column("anchor_row")).alias("anchor_row"),
+                as_rows.gather(f.get_column("cand_row")).alias("cand_row"),
+                as_tids.gather(f.get_column("cand_tid")).alias("cand_tid"),
+            )
+            for f in compare_batches(local, local_batches, detectors, cfg.loss.directions).frames
+        ]
+        mis = mislabelled_negatives(local, detectors, np.searchsorted(rows, run.mislabelled))
+        mis = mis.with_columns(
+            as_rows.gather(mis.get_column("anchor_row")).alias("anchor_row"),
+            as_tids.gather(mis.get_column("cand_tid")).alias("cand_tid"),
+        )
+        return frames, mis
+
+
+def plan_runs(batches: GlobalBatches, n_rows: int, run_rows: int) -> list[Run]:
+    """Runs of consecutive global batches holding about ``run_rows`` row occurrences each; each row's
+    own hard negatives go with the first run that holds it, and rows in no batch make runs of their own."""
+    n = len(batches)
+    bounds: list[tuple[int, int]] = []
+    if n:
+        ends = np.flatnonzero(np.diff(batches.offsets[1:] // max(run_rows, 1)) > 0) + 1
+        cuts = np.unique(np.r_[0, ends, n])
+        bounds = [(int(a), int(c)) for a, c in zip(cuts[:-1], cuts[1:], strict=True)]
+    first = np.full(n_rows, len(bounds), dtype=np.int64)
+    for i in range(len(bounds) - 1, -1, -1):  # backwards: earlier runs overwrite
+        start, stop = bounds[i]
+        first[batches.rows[batches.offsets[start] : batches.offsets[stop]]] = i
+    order = np.argsort(first, kind="stable")  # rows by first run, in row order within one
+    at = np.searchsorted(first[order], np.arange(len(bounds) + 1))
+    out = [Run(a, c, order[at[i] : at[i + 1]]) for i, (a, c) in enumerate(bounds)]
+    rest = order[at[len(bounds)] :]
+    out += [Run(0, 0, rest[lo : lo + run_rows]) for lo in range(0, rest.shape[0], max(run_rows, 1))]
+    return out
+
+
+@dataclass
+class Streamed:
+    """What a streamed audit gives ``api.audit`` to build its result from."""
+
+    loaded: LoadResult
+    corpus: StreamCorpus
+    plan: Plan
+    batches: GlobalBatches
+    judgement: Judgement
+    detectors: list[Detector]
+    row_hashes: pl.Series
+
+
+def index(
+    paths: Sequence[str],
+    cfg: AuditConfig,
+    sizes: Sizes,
+    spill: Spill,
+    progress: Callable[[str, int], Callable[[int], None]] | None = None,
+    read: Callable[..., _Read] | None = None,
+) -> tuple[_Read, StreamCorpus, Plan, Work]:
+    """The global stages: read (spilling texts), number the texts, plan the batches, prepare the
+    corpus-wide evidence and cut the batches into runs. ``read`` replaces ``read_input``."""
+    why = unsupported(cfg)
+    if why is not None:
+        raise ConfigError(f"the {cfg.engine} engine cannot run this audit: {why}", fix="pass --engine memory")
+    tick = progress("Reading and normalising rows", 0) if progress else None
+    got = (read or read_input)(paths, cfg, spill, sizes.reading(), tick)
+    tids, n_texts = got.keys.text_ids()
+    raw = got.keys.raw_ids() if got.keys.raw else np.zeros((tids.shape[0], 0), np.int64)
+    corpus = StreamCorpus(got.meta, tids, n_texts, raw, spill, cfg.normalise)
+    if cfg.plan.plan_file:
+        plan = read_plan_file(cfg.plan.plan_file, got.meta.get_column("id"))
+    else:
+        plan = make_plan(cfg.plan, corpus.n_rows, corpus.raw)
+    batches = plan.global_batches(cfg.plan.world_size)
+    global_detectors: dict[str, Detector] = {}
+    for d in default_detectors(cfg):
+        if d.name in GLOBAL_DETECTORS:
+            d.prepare(corpus)
+            global_detectors[d.name] = d
+    run_rows = sizes.judging(corpus.n_rows, got.loaded.files[0])
+    work = Work(cfg, tids, batches, plan_runs(batches, corpus.n_rows, run_rows), global_detectors)
+    return got, corpus, plan, work
+
+
+def assemble(
+    got: _Read,
+    corpus: StreamCorpus,
+    plan: Plan,
+    work: Work,
+    findings: list[pl.DataFrame],
+    mislabelled: list[pl.DataFrame],
+) -> Streamed:
+    """The result of every run, in report order, with the counts the plan alone gives."""
+    cfg = work.cfg
+    by_direction, per_row = candidate_counts(
+        corpus, work.batches, cfg.loss.directions, np.ones(corpus.n_rows, dtype=bool)
+    )
+    detectors = [work.global_detectors.get(d.name, d) for d in default_detectors(cfg)]
+    judgement = Judgement(
+        findings=finish_findings(findings, cfg.loss.directions),
+        mislabelled=finish_mislabelled(mislabelled),
+        candidates=sum(by_direction.values()),
+        candidates_by_direction=by_direction,
+        candidates_per_row=per_row,
+        # Unprepared detectors describe themselves: minhash's corpus-wide counts stay None.
+        detector_info={d.name: d.info() for d in detectors},
+    )
+    return Streamed(got.loaded, corpus, plan, work.batches, judgement, detectors, hex_hashes(got.keys.row_hashes()))
+
+
+def run(
+    paths: Sequence[str],
+    cfg: AuditConfig,
+    sizes: Sizes,
+    progress: Callable[[str, int], Callable[[int], None]] | None = None,
+    spill_parent: str | None = None,
+) -> Streamed:
+    """The streamed audit; the texts wait in a spill directory under ``spill_parent`` (the system's
+    temporary directory by default) until the result is dropped."""
+    spill = Spill(spill_parent)
+    got, corpus, plan, work = index(paths, cfg, sizes, spill, progress)
+    findings: list[pl.DataFrame] = []
+    mislabelled: list[pl.DataFrame] = []
+    tick = progress("Comparing batches", len(work.batches)) if progress else None
+    for i, r in enumerate(work.runs):
+        frames, mis = work.judge(i, spill.read(work.rows(i)))
+        findings += frames
+        mislabelled.append(mis)
+        if tick:
+            tick(r.stop - r.start)
+    return assemble(got, corpus, plan, work, findings, mislabelled)

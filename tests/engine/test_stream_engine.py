@@ -1,0 +1,134 @@
+"""The streaming engine finds what the in-memory engine finds, row for row, whatever its chunk and run sizes."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from engine_cases import PLANS, case_config, case_rows, scan_report
+from support import write_jsonl
+from typer.testing import CliRunner
+
+from contrast_audit.api import audit
+from contrast_audit.cli import app
+from contrast_audit.config import EmbeddingConfig
+from contrast_audit.engine import choose, stream
+from contrast_audit.errors import ConfigError, InputError
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return write_jsonl(tmp_path_factory.mktemp("stream") / "pairs.jsonl", case_rows(400))
+
+
+@pytest.mark.parametrize("plan", PLANS.values(), ids=PLANS.keys())
+@pytest.mark.parametrize(("chunk_rows", "run_rows"), [(3, 5), (50, 37), (10_000, 10_000)])
+def test_findings_match_the_in_memory_engine(data: Path, plan: dict, chunk_rows: int, run_rows: int) -> None:
+    cfg = case_config(**plan)
+    memory = audit([str(data)], replace(cfg, engine="memory"))
+    streamed = stream.run([str(data)], cfg, stream.Sizes(chunk_rows=chunk_rows, run_rows=run_rows))
+    j = streamed.judgement
+    assert memory.findings.height > 20 and memory.mislabelled.height > 5
+    if plan is PLANS["random"]:  # every evidence kind is exercised
+        kinds = set(memory.findings.get_column("evidence").list.eval(_kind()).explode().to_list())
+        assert {"exact", "minhash", "same-anchor", "linked", "declared"} <= kinds
+    assert memory.findings.equals(j.findings)
+    assert memory.mislabelled.equals(j.mislabelled)
+    assert memory.judgement.candidates_by_direction == j.candidates_by_direction
+    assert np.array_equal(memory.judgement.candidates_per_row, j.candidates_per_row)
+    assert memory.row_hashes().equals(streamed.row_hashes)
+    assert memory.corpus.n_texts == streamed.corpus.n_texts
+    rows = memory.findings.get_column("cand_row").to_numpy()
+    roles = memory.findings.get_column("cand_role").to_numpy()
+    assert memory.corpus.spelling(rows, roles).equals(streamed.corpus.spelling(rows, roles))
+    tids = memory.findings.get_column("cand_tid")
+    assert memory.corpus.norms(tids).equals(streamed.corpus.norms(tids))
+
+
+def _kind():
+    import polars as pl
+
+    return pl.element().struct.field("kind")
+
+
+def test_the_json_report_is_the_in_memory_one(data: Path, tmp_path: Path) -> None:
+    memory = scan_report(data, tmp_path / "memory.json", "--engine", "memory")
+    streamed = scan_report(data, tmp_path / "stream.json", "--engine", "stream")
+    assert memory["findings"] and memory["mislabelled_negatives"]
+    assert streamed == memory
+
+
+def test_a_baseline_marks_the_same_findings(data: Path, tmp_path: Path) -> None:
+    old = write_jsonl(tmp_path / "old.jsonl", case_rows(400)[:300])
+    CliRunner().invoke(
+        app,
+        ["scan", str(old), "--no-embeddings", "--negative", "negatives", "--group", "group"]
+        + ["--format", "json", "--output", str(tmp_path / "base.json")],
+    )
+    base = ["--baseline", str(tmp_path / "base.json")]
+    memory = scan_report(data, tmp_path / "memory.json", "--engine", "memory", *base)
+    streamed = scan_report(data, tmp_path / "stream.json", "--engine", "stream", *base)
+    assert memory["counts"]["in_baseline"]["findings"] > 0
+    assert streamed == memory
+
+
+def test_auto_streams_what_does_not_fit(data: Path) -> None:
+    small = replace(case_config(), max_memory="1M")
+    assert choose(small, [data]) == "stream"
+    assert choose(replace(small, embedding=EmbeddingConfig()), [data]) == "memory"  # embeddings: refused as before
+    assert choose(replace(small, max_memory="off"), [data]) == "memory"
+
+
+def test_what_it_cannot_stream_is_refused() -> None:
+    with pytest.raises(ConfigError, match="embedding evidence"):
+        stream.run(["unused.jsonl"], replace(case_config(), embedding=EmbeddingConfig()), stream.Sizes())
+
+
+def test_too_little_memory_for_the_global_state_is_refused(data: Path) -> None:
+    with pytest.raises(InputError, match="streaming 400 rows"):
+        stream.run([str(data)], case_config(), stream.Sizes(limit=300 << 20, chunk_rows=100))
+
+
+def test_text_ids_number_texts_as_the_corpus_does() -> None:
+    # Two rows: anchors first, then positives, then negatives row by row; (1, 1) repeats (0, 0)'s text.
+    h = np.zeros((2, 4, 2), dtype=np.uint64)
+    h[0, 0] = (5, 5)
+    h[1, 0] = (7, 7)
+    h[0, 1] = (7, 7)
+    h[1, 1] = (9, 9)
+    h[0, 2] = (11, 11)
+    h[1, 2] = (5, 5)
+    h[1, 3] = (13, 13)
+    has = (h != 0).any(axis=2)
+    tids, n = stream.text_ids(h, has)
+    assert n == 5
+    assert tids.tolist() == [[0, 1, 3, -1], [1, 2, 0, 4]]
+
+
+@pytest.mark.parametrize("engine", ["stream", "ray"])
+def test_a_lexical_manifest_refuses_the_streaming_engines(data: Path, tmp_path: Path, engine: str) -> None:
+    result = CliRunner().invoke(
+        app, ["manifest", str(data), "--no-embeddings", "--engine", engine, "--out", str(tmp_path / "m.jsonl")]
+    )
+    assert result.exit_code == 2, result.output
+    assert "manifest runs on the in-memory engine" in result.output
+    assert not (tmp_path / "m.jsonl").exists()
+
+
+def test_a_killed_run_s_spill_is_removed_by_the_next_one(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f"{stream.SPILL_PREFIX}{dead.stdout.strip()}-abc"
+    stale.mkdir()
+    (stale / "rows-000000.arrow").write_bytes(b"x")
+    live = tmp_path / f"{stream.SPILL_PREFIX}{os.getpid()}-def"  # a run still going
+    live.mkdir()
+    spill = stream.Spill(str(tmp_path))
+    assert not stale.exists() and live.exists() and spill.directory.exists()
+    spill.close()
+    assert not spill.directory.exists()
