@@ -99,3 +99,26 @@ def test_a_manifest_with_vectors_from_ray_is_the_in_memory_one(local_ray, tmp_pa
     memory = manifest("memory")
     assert any(batch.get("mask") for batch in memory)
     assert manifest("ray") == memory
+
+
+@pytest.mark.slow
+def test_negatives_with_vectors_from_ray_lists_the_in_memory_ones(local_ray, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from contrast_audit.cli import app
+
+    data = write_jsonl(tmp_path / "pairs.jsonl", paraphrase_rows())
+
+    def negatives(engine: str) -> list:
+        out = tmp_path / f"{engine}.negatives.json"
+        result = CliRunner().invoke(
+            app,
+            ["negatives", str(data), "--batch-size", "22", "--engine", engine, "--top", "15", "--format", "json"]
+            + ["--output", str(out), "--cache-dir", str(tmp_path / engine)],
+        )
+        assert result.exit_code == 0, result.output
+        return json.loads(out.read_text())
+
+    memory = negatives("memory")
+    assert memory
+    assert negatives("ray") == memory
