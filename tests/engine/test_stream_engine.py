@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -132,3 +134,35 @@ def test_a_killed_run_s_spill_is_removed_by_the_next_one(tmp_path: Path) -> None
     assert not stale.exists() and live.exists() and spill.directory.exists()
     spill.close()
     assert not spill.directory.exists()
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "sarif", "html"])
+def test_every_format_shows_the_in_memory_report(data: Path, tmp_path: Path, fmt: str) -> None:
+    def render(engine: str) -> str:
+        out = tmp_path / f"{engine}.{fmt}"
+        result = CliRunner().invoke(
+            app,
+            ["scan", str(data), "--no-embeddings", "--batch-size", "8", "--negative", "negatives", "--group", "group"]
+            + ["--format", fmt, "--output", str(out), "--top", "50", "--engine", engine],
+        )
+        assert result.exit_code in (0, 1), result.output
+        return out.read_text()
+
+    def comparable(text: str) -> str:  # what may differ: the engine, and minhash's corpus-wide counts
+        text = re.sub(r"(engine\W+)(memory|stream)", r"\1-", text)
+        counts = r"(candidate_checks|near_duplicate_pairs|skipped_buckets)(\W*(?:code>)?)(\w+)"
+        return re.sub(counts, r"\1\2-", text)
+
+    memory, streamed = render("memory"), render("stream")
+    assert len(memory) > 2000
+    assert comparable(streamed) == comparable(memory)
+
+
+def test_a_plan_file_is_judged_as_in_memory(data: Path, tmp_path: Path) -> None:
+    ids = [f"r{i}" for i in range(400)][::-1]
+    plan = tmp_path / "plan.jsonl"
+    plan.write_text("".join(json.dumps({"rows": ids[lo : lo + 9]}) + "\n" for lo in range(0, 400, 9)))
+    memory = scan_report(data, tmp_path / "memory.json", "--plan", str(plan), "--engine", "memory")
+    streamed = scan_report(data, tmp_path / "stream.json", "--plan", str(plan), "--engine", "stream")
+    assert memory["findings"] and memory["plan"]["source"] != "random"
+    assert streamed == memory
