@@ -16,6 +16,7 @@ from contrast_audit._version import __version__
 from contrast_audit.baseline import Baseline, overlap_rows, read_baseline, row_hashes, scanned_targets
 from contrast_audit.config import AuditConfig, PlanConfig
 from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, Corpus, build_corpus, role_name
+from contrast_audit.errors import ConfigError
 from contrast_audit.evidence import REGISTRY, SEVERITIES, Detector, default_detectors
 from contrast_audit.io import LoadResult, load_rows
 from contrast_audit.io.load import expand_paths
@@ -463,7 +464,15 @@ def audit(
     """
     cfg = config or AuditConfig()
     baseline = read_baseline(cfg.baseline, SCHEMA_VERSION) if cfg.baseline else None  # fail early
-    chosen = engine.choose(cfg, expand_paths(list(paths)))
+    files = expand_paths(list(paths))
+    if detectors is not None:  # detectors of the caller's own are prepared on the whole corpus
+        if cfg.engine in ("stream", "ray"):
+            raise ConfigError(
+                f"audit(detectors=...) runs on the in-memory engine, not --engine {cfg.engine}",
+                fix="leave the engine at auto or memory, or leave detectors out",
+            )
+        return _in_memory(paths, cfg, baseline, detectors, progress, config_file)
+    chosen = engine.choose(cfg, files)
     if chosen == "stream" or (chosen == "ray" and not engine.embeds_on_ray(cfg)):
         return _streamed(paths, cfg, baseline, progress, config_file)
     if chosen == "ray":  # the vectors on Ray, everything else in memory
@@ -472,12 +481,14 @@ def audit(
         with on_ray.connected(cfg.ray_address) as ray:
             encoder = on_ray.embedder(ray, progress)
             return _in_memory(paths, cfg, baseline, detectors, progress, config_file, encoder)
-    if cfg.engine == "auto" and detectors is None and engine.streams(cfg):
-        try:
-            return _in_memory(paths, cfg, baseline, detectors, progress, config_file)
-        except resources.MemoryRefused:  # the distinct texts do not fit after all: stream them
-            return _streamed(paths, cfg, baseline, progress, config_file)
-    return _in_memory(paths, cfg, baseline, detectors, progress, config_file)
+    # A file read twice is fine; standard input or a FIFO is not: those stay with the refusal.
+    if cfg.engine != "auto" or not engine.streams(cfg) or not all(resources.is_regular(f) for f in files):
+        return _in_memory(paths, cfg, baseline, detectors, progress, config_file)
+    try:
+        return _in_memory(paths, cfg, baseline, detectors, progress, config_file)
+    except resources.MemoryRefused:
+        pass  # the distinct texts do not fit after all; streamed below, once the failed attempt is gone
+    return _streamed(paths, cfg, baseline, progress, config_file)
 
 
 def _in_memory(

@@ -88,6 +88,16 @@ def _stat(path: Path, key: str) -> int:
     return 0
 
 
+def is_regular(path: Path) -> bool:
+    """Whether ``path`` is a regular file (not standard input, a FIFO or a device): one that can be read twice."""
+    if str(path) == "-":
+        return False
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return False
+
+
 def input_bytes(paths: list[Path]) -> int:
     """Total size of the input files (stdin and unreadable entries count 0)."""
     total = 0

@@ -112,9 +112,13 @@ def test_the_audit_refuses_after_normalising_when_the_texts_cannot_fit(
     assert stages == []  # refused before any evidence was prepared
     assert "parts of at most 31 rows (split -l ROWS FILE part-)" in err.value.fix  # 64 of 80 GiB: 31 of 40
     assert "or stream it (--engine stream)" in err.value.fix
-    # With --engine auto (the default) the same audit streams instead.
+
+
+def test_auto_streams_what_does_not_fit_once_normalised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from contrast_audit.engine.stream import StreamCorpus
 
+    data = _data(tmp_path)
+    monkeypatch.setattr(resources, "audit_estimate", lambda *a, **k: 1 << 50)  # the in-memory engine's need
     streamed = audit([str(data)], build_config({"embeddings": False, "max_memory": "64G"}))
     assert isinstance(streamed.corpus, StreamCorpus) and streamed.corpus.n_rows == 40
 
@@ -142,3 +146,27 @@ def test_the_settings_file_key(tmp_path: Path) -> None:
 
 def test_usable_cpus_is_at_least_one() -> None:
     assert resources.usable_cpus() >= 1
+
+
+def test_standard_input_that_does_not_fit_is_refused_not_read_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Auto streams a file that turns out too large after normalising by reading it again; standard input
+    cannot be read again, so it keeps the in-memory engine's refusal."""
+    data = _data(tmp_path)
+    monkeypatch.setattr(resources, "BYTES_PER_TEXT", 1 << 30)
+    result = RUNNER.invoke(app, ["scan", "-", *LEXICAL, "--max-memory", "64G", "-q"], input=data.read_text())
+    assert result.exit_code == 2
+    assert "auditing 40 rows (80 distinct texts) needs about" in result.output
+    assert "or stream it (--engine stream)" in result.output
+
+
+def test_detectors_of_the_caller_s_own_run_in_memory(tmp_path: Path) -> None:
+    from contrast_audit.evidence import ExactDetector
+
+    data = _data(tmp_path)
+    with pytest.raises(ConfigError, match="runs on the in-memory engine, not --engine stream"):
+        audit([str(data)], build_config({"embeddings": False, "engine": "stream"}), detectors=[ExactDetector()])
+    small = build_config({"embeddings": False, "max_memory": "1M"})  # auto would stream this
+    with pytest.raises(InputError, match="reading .* of input needs about"):
+        audit([str(data)], small, detectors=[ExactDetector()])

@@ -2,8 +2,10 @@
 
 ``memory`` holds every text at once (``api.prepare`` and ``judge.judge``); ``stream``
 (``engine.stream``) keeps texts on disk and judges runs of global batches one at a time, so its memory
-follows its run size, not its input. ``auto`` picks ``memory`` when the input fits ``--max-memory`` and
-``stream`` when it does not and the audit can be streamed.
+follows its run size and a few hundred bytes a row, not the texts; ``ray`` (``engine.on_ray``) runs
+``stream``'s work on Ray Data, or, with embedding evidence, ``memory`` with the vectors computed on Ray.
+``auto`` picks ``memory`` when the input fits ``--max-memory`` and ``stream`` when it does not and the
+audit can be streamed. docs/scale.md says when to use which.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from contrast_audit.config import AuditConfig
 
 
 def choose(cfg: AuditConfig, files: list[Path]) -> str:
-    """``memory`` or ``stream`` for ``cfg.engine`` and the input's size."""
+    """The engine for ``cfg.engine`` (``memory``, ``stream`` or ``ray``), ``auto`` decided by the input's size."""
     if cfg.engine != "auto":
         return cfg.engine
     limit = resources.parse_size(cfg.max_memory)

@@ -106,9 +106,15 @@ def _reachable(address: str, fix: str) -> None:
         ) from exc
 
 
-def _keys(batch: Any, normalise: Any, want_raw: bool, width: int) -> Any:
+def _keys(batch: Any, normalise: Any, want_raw: bool, width: int, polars_version: str) -> Any:
     """``map_batches``: a block of spilled rows → their row numbers and keys (``stream.row_keys``)."""
     import pyarrow as pa
+
+    if pl.__version__ != polars_version:  # its text hashes would not be the driver's
+        raise RuntimeError(
+            f"a Ray worker has polars {pl.__version__} and the driver {polars_version}: install the same "
+            "contrast-audit environment on every node"
+        )
 
     rows = pl.from_arrow(batch)
     assert isinstance(rows, pl.DataFrame)
@@ -128,6 +134,7 @@ def _read_on_ray(ray: Any) -> Callable[..., stream._Read]:
     ) -> stream._Read:
         chunks = iter_row_chunks(list(paths), cfg.mapping, cfg.on_bad_row, cfg.normalise, cfg.delimiter, chunk_rows)
         metas: list[pl.DataFrame] = []
+        block_bytes: dict[int, int] = {}  # text bytes of each chunk, by its first row
         refs = []
         width = 2
         offset = 0
@@ -136,6 +143,7 @@ def _read_on_ray(ray: Any) -> Callable[..., stream._Read]:
             if rows.height == 0:
                 continue
             spill.write(rows)
+            block_bytes[offset] = stream.text_bytes(rows)
             texts = rows.select(*stream.TEXT_COLUMNS, "group").with_row_index("row", offset=offset)
             refs.append(ray.put(texts.with_columns(pl.col("row").cast(pl.Int64)).to_arrow()))
             width = max(width, 2 + int(rows.get_column("negatives").list.len().max() or 0))
@@ -148,7 +156,12 @@ def _read_on_ray(ray: Any) -> Callable[..., stream._Read]:
             want_raw = stream.wants_raw(cfg)
             ds = ray.data.from_arrow_refs(refs).map_batches(
                 _keys,
-                fn_kwargs={"normalise": cfg.normalise, "want_raw": want_raw, "width": width},
+                fn_kwargs={
+                    "normalise": cfg.normalise,
+                    "want_raw": want_raw,
+                    "width": width,
+                    "polars_version": pl.__version__,
+                },
                 batch_format="pyarrow",
                 batch_size=None,
             )
@@ -156,11 +169,10 @@ def _read_on_ray(ray: Any) -> Callable[..., stream._Read]:
                 row, hashes, raw, row_hash = _unpack(batch, width, want_raw)
                 if row.shape[0]:  # a block is a run of consecutive rows
                     keys.add(int(row[0]), hashes, raw, row_hash)
+        keys.text_bytes = sum(block_bytes.values())
         read = stream.finished_read(metas, keys, chunks, str(paths[0]))
         read.texts = refs
         return read
-
-    return read
 
     return read
 
@@ -182,12 +194,13 @@ _FETCHED: dict[str, Any] = {}
 
 
 def _fetched(ref: Any) -> Any:
-    """An object the driver put in the store, fetched once per worker process."""
+    """An object the driver put in the store, fetched once per worker process (the few of one audit)."""
     import ray
 
     key = ref.hex()
     if key not in _FETCHED:
-        _FETCHED.clear()  # one audit's objects at a time
+        if len(_FETCHED) >= 4:
+            _FETCHED.pop(next(iter(_FETCHED)))
         _FETCHED[key] = ray.get(ref)
     return _FETCHED[key]
 
@@ -326,28 +339,45 @@ def run(
 ) -> stream.Streamed:
     """The audit on Ray: the streaming engine's result, computed on the cluster."""
     with connected(address) as ray:
-        workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
         spill = stream.Spill(spill_parent)
-        got, corpus, plan, work = stream.index(paths, cfg, sizes, spill, progress, read=_read_on_ray(ray))
-        # Enough runs to keep every worker busy.
-        per_run = -(-int(work.batches.offsets[-1]) // (RUNS_PER_WORKER * workers)) if len(work.batches) else 1
-        if sizes.run_rows is None and per_run < sizes.judging(corpus.n_rows, got.loaded.files[0]):
-            work.runs = stream.plan_runs(work.batches, corpus.n_rows, max(per_run, 1))
-        tick = progress("Comparing batches", len(work.runs)) if progress else None
-        texts = ray.data.from_arrow_refs(got.texts)
-        judged = (
-            texts.map_batches(_assign, fn_args=(ray.put(_owners(work, corpus.n_rows)),), batch_format="pyarrow")
-            .groupby("run")
-            .map_groups(_judge, fn_args=(ray.put(work),), batch_format="pyarrow")
-        )
-        with tempfile.TemporaryDirectory(prefix="contrast-audit-ray-", dir=spill_parent) as out:
-            judged.write_parquet(out)
-            shards = sorted(Path(out).glob("*.parquet"))
-            found = pl.concat([pl.read_parquet(p) for p in shards]) if shards else pl.DataFrame(schema=_OUT)
-        if tick:
-            tick(len(work.runs))
-        findings = found.filter(pl.col("part") == "finding").drop("part")
-        mislabelled = found.filter(pl.col("part") == "mislabelled").select(
-            "anchor_row", "cand_role", "cand_tid", "severity_rank", "severity_rule", "evidence"
-        )
-        return stream.assemble(got, corpus, plan, work, [findings] if findings.height else [], [mislabelled])
+        try:
+            return _run(ray, paths, cfg, sizes, spill, progress, spill_parent)
+        except BaseException:
+            spill.close()
+            raise
+
+
+def _run(
+    ray: Any,
+    paths: Sequence[str],
+    cfg: AuditConfig,
+    sizes: stream.Sizes,
+    spill: stream.Spill,
+    progress: Callable[[str, int], Callable[[int], None]] | None,
+    spill_parent: str | None,
+) -> stream.Streamed:
+    """``run``'s stages on a connected Ray, in ``spill``."""
+    workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    got, corpus, plan, work = stream.index(paths, cfg, sizes, spill, progress, read=_read_on_ray(ray))
+    # Enough runs to keep every worker busy.
+    per_run = -(-int(work.batches.offsets[-1]) // (RUNS_PER_WORKER * workers)) if len(work.batches) else 1
+    if sizes.run_rows is None and per_run < sizes.judging(got.keys.shape(), got.loaded.files[0]):
+        work.runs = stream.plan_runs(work.batches, corpus.n_rows, max(per_run, 1))
+    tick = progress("Comparing batches", len(work.runs)) if progress else None
+    texts = ray.data.from_arrow_refs(got.texts)
+    judged = (
+        texts.map_batches(_assign, fn_args=(ray.put(_owners(work, corpus.n_rows)),), batch_format="pyarrow")
+        .groupby("run")
+        .map_groups(_judge, fn_args=(ray.put(work),), batch_format="pyarrow")
+    )
+    with tempfile.TemporaryDirectory(prefix="contrast-audit-ray-", dir=spill_parent) as out:
+        judged.write_parquet(out)
+        shards = sorted(Path(out).glob("*.parquet"))
+        found = pl.concat([pl.read_parquet(p) for p in shards]) if shards else pl.DataFrame(schema=_OUT)
+    if tick:
+        tick(len(work.runs))
+    findings = found.filter(pl.col("part") == "finding").drop("part")
+    mislabelled = found.filter(pl.col("part") == "mislabelled").select(
+        "anchor_row", "cand_role", "cand_tid", "severity_rank", "severity_rule", "evidence"
+    )
+    return stream.assemble(got, corpus, plan, work, [findings] if findings.height else [], [mislabelled])

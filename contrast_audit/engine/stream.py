@@ -27,7 +27,9 @@ the report), since no run sees the whole corpus. Embedding evidence, reference d
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import socket
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -57,11 +59,13 @@ from contrast_audit.plan import GlobalBatches, Plan, make_plan, read_plan_file
 
 TEXT_COLUMNS = ("anchor", "positive", "negatives")
 _SEEDS = (0x5EED_0001, 0x5EED_0002)  # two polars hashes of a normalised text: 128 bits name it
-# Memory per row the global state holds (ids, text ids, content hashes, plan, the linked graph), and
-# per row of a run (its texts normalised, signed and compared): about 204 bytes and 2.4 KB measured on
-# bench/scan_scale.py data with lexical evidence (docs/scale.md), with some room on top.
-GLOBAL_BYTES_PER_ROW = 230
-RUN_BYTES_PER_ROW = 2_700
+# Memory the global state holds per row (ids, content hash, plan, the linked graph) and per text slot
+# of the widest row (text ids, and numbering them): about 204 bytes a row of three slots measured on
+# bench/scan_scale.py data with lexical evidence (docs/scale.md), with some room. A row of a run costs
+# what the in-memory engine's estimate gives its texts (resources.BYTES_PER_TEXT a text,
+# BYTES_PER_TEXT_BYTE a byte: 3.6 KB a row of that data, where 2.4 KB was measured).
+GLOBAL_BYTES_PER_ROW = 90
+GLOBAL_BYTES_PER_SLOT = 48
 READ_BYTES_PER_ROW = 2_500
 MIN_RUN_ROWS = 20_000
 MAX_RUN_ROWS = 1_000_000
@@ -98,37 +102,62 @@ class Sizes:
             return CHUNK_ROWS
         return int(max(MIN_RUN_ROWS // 4, min(CHUNK_ROWS, self.limit // (4 * READ_BYTES_PER_ROW))))
 
-    def judging(self, n_rows: int, where: str) -> int:
-        """Rows per run for ``n_rows`` rows; refuses (exit 2) when the global state alone leaves too
-        little of the limit."""
+    def judging(self, shape: Shape, where: str) -> int:
+        """Rows per run for an input of ``shape``; refuses (exit 2) when the global state leaves too
+        little of the limit for a run of ``MIN_RUN_ROWS``."""
         if self.run_rows is not None:
             return self.run_rows
         if self.limit is None:
             return MAX_RUN_ROWS
         from contrast_audit.resources import BASE_BYTES, check_memory
 
-        left = self.limit - BASE_BYTES - GLOBAL_BYTES_PER_ROW * n_rows
+        held = BASE_BYTES + shape.global_bytes()
         check_memory(
-            BASE_BYTES + GLOBAL_BYTES_PER_ROW * n_rows + RUN_BYTES_PER_ROW * MIN_RUN_ROWS,
+            held + shape.run_bytes_per_row() * MIN_RUN_ROWS,
             self.limit,
-            f"streaming {n_rows:,} rows",
+            f"streaming {shape.rows:,} rows",
             where,
-            lambda share: f"audit the data in parts of at most {int(n_rows * share):,} rows",
+            lambda share: f"audit the data in parts of at most {int(shape.rows * share):,} rows",
         )
-        return int(min(MAX_RUN_ROWS, left // RUN_BYTES_PER_ROW))
+        return int(min(MAX_RUN_ROWS, (self.limit - held) // shape.run_bytes_per_row()))
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the memory of a streamed audit depends on: rows, the widest row's text slots, and the
+    texts and their bytes in all."""
+
+    rows: int
+    width: int
+    texts: int
+    text_bytes: int
+
+    def global_bytes(self) -> int:
+        return self.rows * (GLOBAL_BYTES_PER_ROW + GLOBAL_BYTES_PER_SLOT * self.width)
+
+    def run_bytes_per_row(self) -> int:
+        from contrast_audit.resources import BYTES_PER_TEXT, BYTES_PER_TEXT_BYTE
+
+        per_row = (BYTES_PER_TEXT * self.texts + BYTES_PER_TEXT_BYTE * self.text_bytes) / max(self.rows, 1)
+        return max(1, int(per_row))
 
 
 SPILL_PREFIX = "contrast-audit-spill-"
 
 
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
+
+
 def remove_stale_spills(root: Path) -> list[Path]:
-    """Remove spill directories in ``root`` whose process no longer runs (one killed with SIGKILL,
-    which no cleanup survives); the process id is in the name, so a concurrent run's is left alone."""
+    """Remove this host's spill directories in ``root`` whose process no longer runs (one killed with
+    SIGKILL, which no cleanup survives). The host and process id are in the name: a concurrent run's is
+    left alone, and so is another host's (a container sharing the directory, with its own process ids)."""
     from contrast_audit.io.atomic import pid_alive
 
     removed: list[Path] = []
-    for path in root.glob(f"{SPILL_PREFIX}*-*"):
-        pid = path.name[len(SPILL_PREFIX) :].split("-", 1)[0]
+    for path in root.glob(f"{SPILL_PREFIX}{_host()}-*-*"):
+        pid = path.name[len(SPILL_PREFIX) + len(_host()) + 1 :].split("-", 1)[0]
         if path.is_dir() and pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
@@ -142,7 +171,7 @@ class Spill:
         root = Path(parent or tempfile.gettempdir())
         remove_stale_spills(root)
         # Removed with this object (or at exit): a report written after the audit still reads texts.
-        self._dir = tempfile.TemporaryDirectory(prefix=f"{SPILL_PREFIX}{os.getpid()}-", dir=root)
+        self._dir = tempfile.TemporaryDirectory(prefix=f"{SPILL_PREFIX}{_host()}-{os.getpid()}-", dir=root)
         self.directory = Path(self._dir.name)
         self.starts: list[int] = [0]
 
@@ -180,7 +209,16 @@ class Spill:
 class StreamCorpus(Corpus):
     """The global corpus of a streamed audit: every row's text ids, with the texts left in the spill."""
 
-    def __init__(self, meta: pl.DataFrame, tids: np.ndarray, n_texts: int, raw: np.ndarray, spill: Spill, cfg) -> None:
+    def __init__(
+        self,
+        meta: pl.DataFrame,
+        tids: np.ndarray,
+        n_texts: int,
+        raw: np.ndarray,
+        spill: Spill,
+        cfg,
+        first_row: np.ndarray,
+    ) -> None:
         group = meta.get_column("group")
         super().__init__(
             rows=meta,
@@ -197,6 +235,7 @@ class StreamCorpus(Corpus):
         self._n_texts = n_texts
         self._spill = spill
         self._normalise = cfg
+        self._first_row = first_row
 
     @property
     def n_texts(self) -> int:
@@ -233,12 +272,10 @@ class StreamCorpus(Corpus):
         if wanted.shape[0] == 0:
             return pl.Series("norm", [], dtype=pl.String)
         distinct = np.unique(wanted)
-        full = np.concatenate([self.anchor[:, None], self.positive[:, None], self.negatives], axis=1)
-        row, slot = np.nonzero(np.isin(full, distinct))
-        tid = full[row, slot]
-        _, first = np.unique(tid, return_index=True)  # one place per text id, in id order
-        raw = self.spelling(row[first], slot[first] - 1)
-        norm = normalise_series(raw, self._normalise).to_numpy()
+        row = self._first_row[distinct]
+        held = np.concatenate([self.anchor[row, None], self.positive[row, None], self.negatives[row]], axis=1)
+        slot = np.argmax(held == distinct[:, None], axis=1)  # where in its first row the text is
+        norm = normalise_series(self.spelling(row, slot - 1), self._normalise).to_numpy()
         return pl.Series("norm", norm[np.searchsorted(distinct, wanted)], dtype=pl.String)
 
 
@@ -289,8 +326,14 @@ class Keys:
         self.parts: list[tuple[int, int, int]] = []  # first row, rows, slots
         self._row_hashes: list[tuple[int, np.ndarray]] = []
         self.raw = False
+        self.texts = 0  # text slots filled, over every row
+        self.text_bytes = 0
 
-    def add(self, first: int, hashes: np.ndarray, raw: np.ndarray | None, row_hash: np.ndarray) -> None:
+    def add(
+        self, first: int, hashes: np.ndarray, raw: np.ndarray | None, row_hash: np.ndarray, text_bytes: int = 0
+    ) -> None:
+        self.texts += int((hashes != 0).any(axis=2).sum())
+        self.text_bytes += text_bytes
         np.save(self._path("keys", first), hashes)
         if raw is not None:
             np.save(self._path("raw", first), raw)
@@ -316,6 +359,9 @@ class Keys:
     @property
     def width(self) -> int:
         return max((p[2] for p in self.parts), default=2)
+
+    def shape(self) -> Shape:
+        return Shape(self.n_rows, self.width, self.texts, self.text_bytes)
 
     def row_hashes(self) -> np.ndarray:
         return np.concatenate([h for _, h in self._row_hashes]) if self._row_hashes else np.zeros(0, np.uint64)
@@ -398,13 +444,23 @@ def read_input(
         rows = chunk.rows
         if rows.height == 0:
             continue
-        keys.add(first, *row_keys(rows, cfg.normalise, wants_raw(cfg)))
+        keys.add(first, *row_keys(rows, cfg.normalise, wants_raw(cfg)), text_bytes=text_bytes(rows))
         spill.write(rows)
         metas.append(compact(rows.drop(*TEXT_COLUMNS)))
         first += rows.height
         if tick:
             tick(rows.height)
     return finished_read(metas, keys, chunks, str(paths[0]))
+
+
+def text_bytes(rows: pl.DataFrame) -> int:
+    """UTF-8 bytes of canonical rows' texts."""
+    total = rows.select(
+        pl.col("anchor").str.len_bytes().sum()
+        + pl.col("positive").str.len_bytes().sum()
+        + pl.col("negatives").list.eval(pl.element().str.len_bytes()).list.sum().sum()
+    ).item()
+    return int(total or 0)
 
 
 def compact(meta: pl.DataFrame) -> pl.DataFrame:
@@ -468,6 +524,22 @@ def number_texts(h1: np.ndarray, h2: np.ndarray) -> tuple[np.ndarray, int]:
     return out, int(first.shape[0])
 
 
+def first_rows(tids: np.ndarray, n_texts: int) -> np.ndarray:
+    """The row of each text id's first occurrence, in the order ``build_corpus`` reads texts (every
+    anchor, then every positive, then the hard negatives row by row): the row whose spelling is the
+    text's ``text`` in the in-memory corpus."""
+    out = np.full(n_texts, -1, dtype=np.int64)
+    width = tids.shape[1]
+    for block in ([0], [1], list(range(2, width))):
+        if not block:
+            continue
+        ids = tids[:, block].ravel()  # row-major: row by row, slot by slot
+        seen, at = np.unique(ids, return_index=True)
+        keep = (seen >= 0) & (out[np.maximum(seen, 0)] < 0)
+        out[seen[keep]] = at[keep] // len(block)
+    return out
+
+
 def raw_ids(raw_hashes: np.ndarray) -> np.ndarray:
     """Ids of the exact strings (any numbering: the sampler compares them for equality), -1 padded."""
     out = np.full(raw_hashes.shape, -1, dtype=np.int64)
@@ -494,15 +566,20 @@ class Work:
 
     cfg: AuditConfig
     tids: np.ndarray  # rows × (anchor, positive, negatives…)
+    first_row: np.ndarray  # per text id, the row of its first occurrence (``first_rows``)
     batches: GlobalBatches
     runs: list[Run]
     global_detectors: dict[str, Detector]
 
     def rows(self, i: int) -> np.ndarray:
-        """The rows run ``i`` reads (sorted, distinct)."""
+        """The rows run ``i`` reads (sorted, distinct): those of its batches and hard negatives, and the
+        row where each of their texts first occurs, so that a text's spelling in the run's corpus (its
+        first one, which the entity guard reads) is the whole input's."""
         run = self.runs[i]
         b = self.batches
-        return np.unique(np.r_[b.rows[b.offsets[run.start] : b.offsets[run.stop]], run.mislabelled])
+        rows = np.unique(np.r_[b.rows[b.offsets[run.start] : b.offsets[run.stop]], run.mislabelled])
+        tids = self.tids[rows]
+        return np.unique(np.r_[rows, self.first_row[tids[tids >= 0]]])
 
     def judge(self, i: int, texts: pl.DataFrame) -> tuple[list[pl.DataFrame], pl.DataFrame]:
         """Findings and mislabelled negatives of run ``i``, in global rows and text ids; ``texts`` are the
@@ -598,7 +675,8 @@ def index(
     got = (read or read_input)(paths, cfg, spill, sizes.reading(), tick)
     tids, n_texts = got.keys.text_ids()
     raw = got.keys.raw_ids() if got.keys.raw else np.zeros((tids.shape[0], 0), np.int64)
-    corpus = StreamCorpus(got.meta, tids, n_texts, raw, spill, cfg.normalise)
+    first = first_rows(tids, n_texts)
+    corpus = StreamCorpus(got.meta, tids, n_texts, raw, spill, cfg.normalise, first)
     if cfg.plan.plan_file:
         plan = read_plan_file(cfg.plan.plan_file, got.meta.get_column("id"))
     else:
@@ -609,8 +687,8 @@ def index(
         if d.name in GLOBAL_DETECTORS:
             d.prepare(corpus)
             global_detectors[d.name] = d
-    run_rows = sizes.judging(corpus.n_rows, got.loaded.files[0])
-    work = Work(cfg, tids, batches, plan_runs(batches, corpus.n_rows, run_rows), global_detectors)
+    run_rows = sizes.judging(got.keys.shape(), got.loaded.files[0])
+    work = Work(cfg, tids, first, batches, plan_runs(batches, corpus.n_rows, run_rows), global_detectors)
     return got, corpus, plan, work
 
 
@@ -650,14 +728,18 @@ def run(
     """The streamed audit; the texts wait in a spill directory under ``spill_parent`` (the system's
     temporary directory by default) until the result is dropped."""
     spill = Spill(spill_parent)
-    got, corpus, plan, work = index(paths, cfg, sizes, spill, progress)
-    findings: list[pl.DataFrame] = []
-    mislabelled: list[pl.DataFrame] = []
-    tick = progress("Comparing batches", len(work.batches)) if progress else None
-    for i, r in enumerate(work.runs):
-        frames, mis = work.judge(i, spill.read(work.rows(i)))
-        findings += frames
-        mislabelled.append(mis)
-        if tick:
-            tick(r.stop - r.start)
-    return assemble(got, corpus, plan, work, findings, mislabelled)
+    try:
+        got, corpus, plan, work = index(paths, cfg, sizes, spill, progress)
+        findings: list[pl.DataFrame] = []
+        mislabelled: list[pl.DataFrame] = []
+        tick = progress("Comparing batches", len(work.batches)) if progress else None
+        for i, r in enumerate(work.runs):
+            frames, mis = work.judge(i, spill.read(work.rows(i)))
+            findings += frames
+            mislabelled.append(mis)
+            if tick:
+                tick(r.stop - r.start)
+        return assemble(got, corpus, plan, work, findings, mislabelled)
+    except BaseException:
+        spill.close()  # now, not when the exception's frames are let go
+        raise

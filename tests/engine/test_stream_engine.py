@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from contrast_audit.api import audit
 from contrast_audit.cli import app
-from contrast_audit.config import EmbeddingConfig
+from contrast_audit.config import AuditConfig, EmbeddingConfig
 from contrast_audit.engine import choose, stream
 from contrast_audit.errors import ConfigError, InputError
 
@@ -125,13 +125,16 @@ def test_a_killed_run_s_spill_is_removed_by_the_next_one(tmp_path: Path) -> None
     import sys
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    stale = tmp_path / f"{stream.SPILL_PREFIX}{dead.stdout.strip()}-abc"
+    host = stream._host()
+    stale = tmp_path / f"{stream.SPILL_PREFIX}{host}-{dead.stdout.strip()}-abc"
     stale.mkdir()
     (stale / "rows-000000.arrow").write_bytes(b"x")
-    live = tmp_path / f"{stream.SPILL_PREFIX}{os.getpid()}-def"  # a run still going
+    live = tmp_path / f"{stream.SPILL_PREFIX}{host}-{os.getpid()}-def"  # a run still going
     live.mkdir()
+    elsewhere = tmp_path / f"{stream.SPILL_PREFIX}other-host-{dead.stdout.strip()}-ghi"  # another host's
+    elsewhere.mkdir()
     spill = stream.Spill(str(tmp_path))
-    assert not stale.exists() and live.exists() and spill.directory.exists()
+    assert not stale.exists() and live.exists() and elsewhere.exists() and spill.directory.exists()
     spill.close()
     assert not spill.directory.exists()
 
@@ -166,3 +169,25 @@ def test_a_plan_file_is_judged_as_in_memory(data: Path, tmp_path: Path) -> None:
     streamed = scan_report(data, tmp_path / "stream.json", "--plan", str(plan), "--engine", "stream")
     assert memory["findings"] and memory["plan"]["source"] != "random"
     assert streamed == memory
+
+
+def test_a_text_s_first_spelling_is_the_whole_input_s_in_every_run(tmp_path: Path) -> None:
+    """The entity guard reads a text's first spelling; a run whose rows spell a text otherwise (here
+    "New Jersey" capitalised after a lower-case first row) must still see the input's first spelling."""
+
+    def row(i: str, anchor: str, positive: str) -> dict:
+        return {"id": i, "anchor": anchor, "positive": positive}
+
+    rows = [row("r0", "how do i renew my driving license at the office in new jersey", "zzz unrelated 0")]
+    rows += [row(f"f{i}", f"filler question {i}", f"filler answer text {i}") for i in range(1, 6)]
+    rows.append(row("rB", "How do I renew my driving license at the office in New Jersey", "qqq other thing"))
+    rows.append(row("rC", "unrelated q", "How do I renew my driving license at the office in Wisconsin"))
+    data = write_jsonl(tmp_path / "pairs.jsonl", rows)
+    found = 0
+    for seed in range(6):
+        cfg = replace(case_config(batch_size=2, seed=seed), mapping=AuditConfig().mapping)
+        memory = audit([str(data)], replace(cfg, engine="memory"))
+        streamed = stream.run([str(data)], cfg, stream.Sizes(chunk_rows=3, run_rows=2))
+        assert memory.findings.equals(streamed.judgement.findings), seed
+        found += memory.findings.height
+    assert found  # some seed puts the two spellings in one batch
