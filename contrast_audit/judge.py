@@ -235,11 +235,12 @@ def candidate_counts(
     inv = involved[rows]
     per_row = np.zeros(corpus.n_rows, dtype=np.int64)
     by_direction: dict[str, int] = {}
+    texts_per_row = 1 + (corpus.negatives >= 0).sum(axis=1)  # a row's positive and hard negatives
     for direction in directions:
         if direction in ("query_to_query", "doc_to_query"):
             weight = np.ones(rows.shape[0], dtype=np.int64)
         else:
-            weight = 1 + (corpus.negatives[rows] >= 0).sum(axis=1)
+            weight = texts_per_row[rows]
         total = np.bincount(batch_of, weights=weight, minlength=len(batches)).astype(np.int64)
         of_involved = np.bincount(batch_of, weights=weight * inv, minlength=len(batches)).astype(np.int64)
         # An involved anchor counts every other occurrence; any other anchor only the involved ones.
