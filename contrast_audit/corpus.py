@@ -57,6 +57,13 @@ class Corpus:
         return self.texts.height
 
 
+def group_codes(groups: pl.Series) -> np.ndarray:
+    """An integer per distinct group value (equal values, equal codes); -1 where a row has none."""
+    if groups.null_count() == groups.len():
+        return np.full(groups.len(), -1, dtype=np.int64)
+    return groups.cast(pl.Categorical).to_physical().cast(pl.Int64).fill_null(-1).to_numpy()
+
+
 def build_corpus(rows: pl.DataFrame, cfg: NormaliseConfig) -> Corpus:
     """Normalise every text once and give each distinct normal form an id."""
     n = rows.height
@@ -96,19 +103,13 @@ def build_corpus(rows: pl.DataFrame, cfg: NormaliseConfig) -> Corpus:
     raw_mat = np.full((n, 2 + k), -1, dtype=np.int64)
     tid_mat[row_idx, slot] = long.get_column("tid").to_numpy()
     raw_mat[row_idx, slot] = long.get_column("rid").to_numpy()
-    groups = rows.get_column("group")
-    group_codes = (
-        groups.cast(pl.Categorical).to_physical().cast(pl.Int64).fill_null(-1).to_numpy()
-        if groups.null_count() < n
-        else np.full(n, -1, dtype=np.int64)
-    )
     return Corpus(
         rows=rows,
         texts=texts,
         anchor=tid_mat[:, 0].copy(),
         positive=tid_mat[:, 1].copy(),
         negatives=tid_mat[:, 2:].copy(),
-        group=group_codes,
+        group=group_codes(rows.get_column("group")),
         raw=raw_mat,
         raw_texts=raws.sort("rid").get_column("raw"),
     )

@@ -267,20 +267,8 @@ def finish_findings(frames: list[pl.DataFrame], directions: Sequence[str]) -> pl
         .with_columns(_severity_name(), pl.col("direction").replace_strict(order, return_dtype=pl.Int64).alias("_d"))
         .sort(["batch", "_d", "anchor_row", "cand_row", "cand_role"])
         .drop("_d")
-        .select(
-            "batch",
-            "epoch",
-            "direction",
-            "anchor_row",
-            "cand_row",
-            "cand_role",
-            "cand_tid",
-            "severity",
-            "severity_rank",
-            "severity_rule",
-            "evidence",
-        )
         .with_columns(pl.lit(False).alias("masked"), pl.lit(False).alias("baseline"))
+        .select(empty_findings().columns)
     )
 
 

@@ -41,7 +41,7 @@ import polars as pl
 
 from contrast_audit.baseline import hex_hashes, row_hash_values
 from contrast_audit.config import AuditConfig
-from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, Corpus, build_corpus
+from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, Corpus, build_corpus, group_codes
 from contrast_audit.errors import ConfigError, InputError
 from contrast_audit.evidence import Detector, Hits, Pairs, default_detectors
 from contrast_audit.io.chunks import iter_row_chunks
@@ -219,16 +219,13 @@ class StreamCorpus(Corpus):
         cfg,
         first_row: np.ndarray,
     ) -> None:
-        group = meta.get_column("group")
         super().__init__(
             rows=meta,
             texts=pl.DataFrame(schema={"tid": pl.UInt32, "text": pl.String, "norm": pl.String}),
             anchor=tids[:, 0],
             positive=tids[:, 1],
             negatives=tids[:, 2:],
-            group=group.cast(pl.Categorical).to_physical().cast(pl.Int64).fill_null(-1).to_numpy()
-            if group.null_count() < meta.height
-            else np.full(meta.height, -1, dtype=np.int64),
+            group=group_codes(meta.get_column("group")),
             raw=raw,
             raw_texts=pl.Series("raw", [], dtype=pl.String),
         )
