@@ -23,6 +23,7 @@ joins that cluster, whose nodes need contrast-audit installed (docs/scale.md).
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -82,6 +83,8 @@ def connected(address: str | None) -> Iterator[Any]:
             ray.init(num_cpus=usable_cpus(), **kwargs)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise ConfigError(f"cannot start or join Ray{f' at {address}' if address else ''}: {exc}", fix=fix) from exc
+    # The scan reports its own progress: Ray Data's bars and per-dataset log lines would only be noise.
+    logging.getLogger("ray.data").setLevel(logging.ERROR)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     ctx.print_on_execution_start = False
