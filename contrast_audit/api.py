@@ -223,9 +223,10 @@ class AuditResult:
         hashes = text_hashes(self.corpus.norms(unique))
         return tids.replace_strict(unique, hashes, return_dtype=pl.String) if unique.len() else tids.cast(pl.String)
 
-    def hashed_findings(self) -> pl.DataFrame:
-        """Findings with the ids and text hashes that identify them across runs (baselines)."""
-        f = self.findings
+    def hashed_findings(self, frame: pl.DataFrame | None = None) -> pl.DataFrame:
+        """Findings (or other in-batch pairs: ``frame``) with the ids and text hashes that identify them
+        across runs (baselines)."""
+        f = self.findings if frame is None else frame
         ids = self.corpus.rows.get_column("id")
         return f.with_columns(
             ids.gather(f.get_column("anchor_row")).alias("anchor_id"),
@@ -275,7 +276,8 @@ class AuditResult:
         )
 
     def report_rows(self) -> dict[str, pl.DataFrame]:
-        """The report's three row lists as frames: ``findings``, ``mislabelled_negatives``, ``overlaps``."""
+        """The report's row lists as frames: ``findings``, ``vetoed``, ``mislabelled_negatives``, ``overlaps``,
+        ``row_hashes``."""
         findings = self.hashed_findings().select(
             "batch",
             "epoch",
@@ -286,8 +288,20 @@ class AuditResult:
             pl.col("severity").cast(pl.String),
             "severity_rule",
             "evidence",
+            "why_not",
             "masked",
             "baseline",
+            "anchor_text_hash",
+            "candidate_text_hash",
+        )
+        vetoed = self.hashed_findings(self.judgement.vetoed).select(
+            "batch",
+            "epoch",
+            "direction",
+            "anchor_id",
+            "candidate_id",
+            "candidate_role",
+            "why_not",
             "anchor_text_hash",
             "candidate_text_hash",
         )
@@ -319,7 +333,13 @@ class AuditResult:
             "target_text_hash",
         )
         hashes = self.row_hashes().to_frame()
-        return {"findings": findings, "mislabelled_negatives": mislabelled, "overlaps": overlaps, "row_hashes": hashes}
+        return {
+            "findings": findings,
+            "vetoed": vetoed,
+            "mislabelled_negatives": mislabelled,
+            "overlaps": overlaps,
+            "row_hashes": hashes,
+        }
 
     def report(self, rows: dict[str, Any] | None = None) -> dict[str, Any]:
         """The JSON report (``schema_version`` 2). ``rows`` stands in for the four lists (a
@@ -354,6 +374,7 @@ class AuditResult:
             "by_source": self.breakdown("source"),
             "by_cohort": self.breakdown("cohort"),
             "findings": rows["findings"],
+            "vetoed": rows["vetoed"],
             "mislabelled_negatives": rows["mislabelled_negatives"],
             "reference": self.overlap_info or None,
             "overlaps": rows["overlaps"],

@@ -225,6 +225,23 @@ EntityGuardOpt = Annotated[
         "Evidence",
     ),
 ]
+NegationGuardOpt = Annotated[
+    int | None,
+    _opt(
+        "Short texts (at most N words) of which one is negated and the other not ('is playing' / 'is not playing') "
+        "are never near-duplicates; 0 turns this off.  \\[default: 50]",
+        "Evidence",
+    ),
+]
+NearIdentical = Annotated[
+    float | None,
+    _opt(
+        "An embedding match at or above this cosine is held to the number, entity and negation guards only, not to "
+        "word order and alignment (an article, the voice or a phrase's place changed); 0 turns this off.  "
+        "\\[default: 0.97]",
+        "Evidence",
+    ),
+]
 Alignment = Annotated[
     float | None,
     _opt(
@@ -521,6 +538,8 @@ AUDIT_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("alignment_words", AlignmentWords),
     ("alignment_match", AlignmentMatch),
     ("word_order", WordOrder),
+    ("negation_guard", NegationGuardOpt),
+    ("near_identical", NearIdentical),
     ("minhash", MinHashOn),
     ("minhash_threshold", MinHashThreshold),
     ("num_perm", NumPerm),

@@ -100,7 +100,12 @@ class PolicyConfig:
     (``evidence.guards.word_order`` below ``word_order_threshold``) are not near-duplicates; 0 turns
     it off. Both guards count texts of at most ``alignment_words`` words as short. Entity guard (no
     model needed): short texts (at most ``entity_guard_words`` words) that each name something the
-    other does not ("… in New Jersey?" / "… in Wisconsin?") are not near-duplicates; 0 turns it off."""
+    other does not ("… in New Jersey?" / "… in Wisconsin?") are not near-duplicates; 0 turns it off.
+    Negation guard (no model needed): short texts (at most ``negation_guard_words`` words) of which one
+    is negated and the other not are not near-duplicates; 0 turns it off. ``near_identical``: an
+    embedding match at or above this cosine is not held to the word-order and alignment guards (a
+    change of article, voice or the place of a phrase), only to the number, entity and negation
+    guards; 0 holds every match to all of them."""
 
     number_guard_words: int = 50
     entity_guard_words: int = 50
@@ -108,12 +113,18 @@ class PolicyConfig:
     alignment_words: int = 50
     alignment_match: float = 0.7
     word_order_threshold: float = 0.85
+    negation_guard_words: int = 50
+    near_identical: float = 0.97
 
     def __post_init__(self) -> None:
         if self.number_guard_words < 0:
             raise ConfigError(f"number-guard must be >= 0 words (0 turns it off), got {self.number_guard_words}")
         if self.entity_guard_words < 0:
             raise ConfigError(f"entity-guard must be >= 0 words (0 turns it off), got {self.entity_guard_words}")
+        if self.negation_guard_words < 0:
+            raise ConfigError(f"negation-guard must be >= 0 words (0 turns it off), got {self.negation_guard_words}")
+        if not 0.0 <= self.near_identical <= 1.0:
+            raise ConfigError(f"near-identical must be in [0, 1] (0 turns it off), got {self.near_identical}")
         if not 0.0 <= self.alignment_threshold <= 1.0:
             raise ConfigError(f"alignment must be in [0, 1] (0 turns it off), got {self.alignment_threshold}")
         if not 0.0 <= self.word_order_threshold <= 1.0:
@@ -350,6 +361,8 @@ _FILE_KEYS: dict[str, tuple[str | None, str]] = {
     "alignment_words": ("policy", "alignment_words"),
     "alignment_match": ("policy", "alignment_match"),
     "word_order": ("policy", "word_order_threshold"),
+    "negation_guard": ("policy", "negation_guard_words"),
+    "near_identical": ("policy", "near_identical"),
     "minhash": ("minhash", "enabled"),
     "minhash_threshold": ("minhash", "threshold"),
     "num_perm": ("minhash", "num_perm"),
@@ -462,6 +475,7 @@ SETTING_RULES: dict[str, tuple[str, float | None, float | None, bool]] = {
     "world_size": ("int", 1, 1_000_000, False),
     "number_guard": ("int", 0, _BIG, False),
     "entity_guard": ("int", 0, _BIG, False),
+    "negation_guard": ("int", 0, _BIG, False),
     "alignment_words": ("int", 1, _BIG, False),
     "num_perm": ("int", 1, 65_536, False),
     "ngram": ("int", 1, 1000, False),
@@ -469,6 +483,7 @@ SETTING_RULES: dict[str, tuple[str, float | None, float | None, bool]] = {
     "embed_batch_size": ("int", 1, _BIG, False),
     "alignment": ("float", 0.0, 1.0, False),
     "word_order": ("float", 0.0, 1.0, False),
+    "near_identical": ("float", 0.0, 1.0, False),
     "eval_alignment": ("float", 0.0, 1.0, False),
     "alignment_match": ("float", 0.0, 1.0, True),
     "minhash_threshold": ("float", 0.0, 1.0, False),

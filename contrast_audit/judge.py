@@ -30,6 +30,9 @@ class Judgement:
     candidates_by_direction: dict[str, int]
     candidates_per_row: np.ndarray
     detector_info: dict[str, dict] = field(default_factory=dict)
+    # In-batch pairs a semantic detector matched and a guard vetoed, found by no other detector
+    # (``findings``' columns; ``severity`` null, ``why_not`` saying which guard and with what value).
+    vetoed: pl.DataFrame = field(default_factory=lambda: empty_findings())
 
 
 def batch_pairs(gb: GlobalBatches, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -123,12 +126,48 @@ def severity_rules(hits: list, severity: np.ndarray, found: np.ndarray) -> pl.Se
     return pl.Series("severity_rule", names, dtype=pl.String).gather(code[found])
 
 
+# Detectors whose score says how near a pair came when they do not flag it (a finding's ``why_not``).
+EXPLAINED = ("embedding", "minhash", "pair", "anchor-embedding", "margin")
+WHY_NOT = pl.List(
+    pl.Struct(
+        {
+            "kind": pl.String,
+            "score": pl.Float64,
+            "threshold": pl.Float64,
+            "guard": pl.String,
+            "guard_value": pl.Float64,
+            "guard_threshold": pl.Float64,
+        }
+    )
+)
+
+
+def _explained(h) -> bool:
+    """Whether a detector's hits say how near a pair came: a semantic detector that looked (a NaN bar:
+    the margin rule when nothing it would find is reported)."""
+    return h.kind in EXPLAINED and not np.isnan(h.threshold)
+
+
 def _frame(columns: dict[str, np.ndarray], hits: list, found: np.ndarray) -> pl.DataFrame:
+    """The pairs at ``found`` (found or vetoed) with their severity rule, evidence and, for those short of
+    ``likely``, why the semantic detectors that did not flag them did not: the score against the bar, or
+    the guard that vetoed the match with its value."""
     data = {name: values[found] for name, values in columns.items()}
     data["severity_rule"] = severity_rules(hits, columns["severity_rank"], found)
+    explain = columns["severity_rank"][found] < 1  # suspect findings and vetoed pairs
     for idx, h in enumerate(hits):
         data[f"hit_{idx}"] = h.mask[found]
         data[f"score_{idx}"] = h.score[found]
+        if _explained(h):
+            vetoed = np.full(found.shape[0], -1, dtype=np.int64) if h.vetoed is None else h.vetoed.astype(np.int64)
+            names = pl.Series([*h.guards, None], dtype=pl.String)
+            bars = pl.Series([*h.guard_bars, None], dtype=pl.Float64)
+            code = np.where(vetoed[found] >= 0, vetoed[found], len(h.guards))
+            data[f"why_{idx}"] = explain & ~h.mask[found]
+            data[f"guard_{idx}"] = names.gather(code)
+            data[f"bar_{idx}"] = bars.gather(code)
+            value = np.full(found.shape[0], np.nan) if h.veto_value is None else h.veto_value
+            data[f"value_{idx}"] = value[found]
     frame = pl.DataFrame(data)
     structs = [
         pl.when(pl.col(f"hit_{idx}")).then(
@@ -140,9 +179,36 @@ def _frame(columns: dict[str, np.ndarray], hits: list, found: np.ndarray) -> pl.
         )
         for idx, h in enumerate(hits)
     ]
-    return frame.with_columns(pl.concat_list(structs).list.drop_nulls().alias("evidence")).drop(
-        [c for c in frame.columns if c.startswith(("hit_", "score_"))]
+    why = [
+        pl.when(pl.col(f"why_{idx}")).then(
+            pl.struct(
+                pl.lit(h.kind).alias("kind"),
+                pl.col(f"score_{idx}").alias("score"),
+                pl.lit(h.threshold, pl.Float64).alias("threshold"),
+                pl.col(f"guard_{idx}").alias("guard"),
+                pl.col(f"value_{idx}").fill_nan(None).alias("guard_value"),
+                pl.col(f"bar_{idx}").alias("guard_threshold"),
+            )
+        )
+        for idx, h in enumerate(hits)
+        if _explained(h)
+    ]
+    why_not = (
+        pl.concat_list(why).list.drop_nulls().cast(WHY_NOT) if why else pl.lit(pl.Series([[]], dtype=WHY_NOT)).first()
     )
+    scratch = ("hit_", "score_", "why_", "guard_", "bar_", "value_")
+    return frame.with_columns(
+        pl.concat_list(structs).list.drop_nulls().alias("evidence"), why_not.alias("why_not")
+    ).drop([c for c in frame.columns if c.startswith(scratch)])
+
+
+def vetoed_pairs(hits: list, found: np.ndarray) -> np.ndarray:
+    """Pairs some guard vetoed that no detector found."""
+    out = np.zeros(found.shape[0], dtype=bool)
+    for h in hits:
+        if h.vetoed is not None:
+            out |= h.vetoed >= 0
+    return out & ~found
 
 
 @dataclass
@@ -176,6 +242,10 @@ def compare_batches(
             by_direction[direction] += len(pairs)
             per_row += np.bincount(pairs.anchor_row, minlength=corpus.n_rows)
             found, severity, hits = evaluate(detectors, pairs)
+            # Vetoed pairs travel with the found ones, at severity -1, for the report's ``vetoed`` list.
+            vetoed = vetoed_pairs(hits, found)
+            severity = np.where(vetoed, -1, severity).astype(np.int8)
+            found = found | vetoed
             if found.any():
                 frames.append(
                     _frame(
@@ -207,6 +277,7 @@ def judge(
     """Compare every anchor with its comparison set in every global batch."""
     compared = compare_batches(corpus, batches, detectors, directions, progress)
     findings = finish_findings(compared.frames, directions)
+    vetoed = finish_vetoed(compared.frames, directions)
     mislabelled = mislabelled_negatives(corpus, detectors)
     for d in detectors:  # detectors that buffer work (the token cache) complete it here
         getattr(d, "finish", lambda: None)()
@@ -217,6 +288,7 @@ def judge(
         candidates_by_direction=compared.by_direction,
         candidates_per_row=compared.per_row,
         detector_info={d.name: d.info() for d in detectors},
+        vetoed=vetoed,
     )
 
 
@@ -254,11 +326,27 @@ _SEVERITY = pl.Enum(["certain", "likely", "suspect"])
 
 
 def _severity_name(col: str = "severity_rank") -> pl.Expr:
-    return pl.col(col).replace_strict(SEVERITY_NAMES, return_dtype=pl.String).cast(_SEVERITY).alias("severity")
+    """The severity's name; null for a vetoed pair (-1)."""
+    return (
+        pl.col(col)
+        .replace_strict(SEVERITY_NAMES, default=None, return_dtype=pl.String)
+        .cast(_SEVERITY)
+        .alias("severity")
+    )
 
 
 def finish_findings(frames: list[pl.DataFrame], directions: Sequence[str]) -> pl.DataFrame:
     """The found pairs of every run in one frame, in report order."""
+    return _finish([f.filter(pl.col("severity_rank") >= 0) for f in frames], directions)
+
+
+def finish_vetoed(frames: list[pl.DataFrame], directions: Sequence[str]) -> pl.DataFrame:
+    """The vetoed pairs (severity -1) of every run in one frame, in report order, severity null."""
+    return _finish([f.filter(pl.col("severity_rank") < 0) for f in frames], directions)
+
+
+def _finish(frames: list[pl.DataFrame], directions: Sequence[str]) -> pl.DataFrame:
+    frames = [f for f in frames if f.height]
     if not frames:
         return empty_findings()
     order = {d: i for i, d in enumerate(directions)}
@@ -287,6 +375,7 @@ def empty_findings() -> pl.DataFrame:
             "severity_rank": pl.Int8,
             "severity_rule": pl.String,
             "evidence": evidence,
+            "why_not": WHY_NOT,
             "masked": pl.Boolean,
             "baseline": pl.Boolean,
         }

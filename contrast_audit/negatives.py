@@ -16,10 +16,11 @@ from rich.table import Table
 
 from contrast_audit.api import AuditResult
 from contrast_audit.errors import ConfigError
+from contrast_audit.evidence.base import Pairs
 from contrast_audit.evidence.blocks import BatchBlock
 from contrast_audit.evidence.embedding import pair_scores
-from contrast_audit.judge import _chunks, direction_pairs
-from contrast_audit.report.common import clip, evidence_text
+from contrast_audit.judge import WHY_NOT, _chunks, _frame, direction_pairs, evaluate
+from contrast_audit.report.common import clip, evidence_text, why_not_text
 
 
 def _store(result: AuditResult):
@@ -95,9 +96,33 @@ def alleged_negatives(
         )
     else:
         table = table.sort(order, descending=desc).head(top)
-    return _join_findings(
+    table = _join_findings(
         result, table.with_columns((pl.col("candidate_score") - pl.col("positive_score")).alias("margin"))
     )
+    return table.with_columns(why_not(result, table))
+
+
+_PAIR_COLUMNS = ("anchor_row", "cand_row", "cand_role", "cand_tid")
+
+
+def why_not(result: AuditResult, table: pl.DataFrame) -> pl.Series:
+    """For each alleged negative short of ``likely``, why the semantic detectors did not flag it: each
+    one's score against its bar, or the guard that vetoed its match with the guard's value (the JSON
+    report's ``why_not``). The detectors are run again on these pairs alone."""
+    if table.height == 0:
+        return pl.Series("why_not", [], dtype=WHY_NOT)
+    numbered = table.with_row_index("_at")
+    parts = []
+    for direction in numbered.get_column("direction").unique(maintain_order=True):
+        part = numbered.filter(pl.col("direction") == direction)
+        cols = {c: part.get_column(c).to_numpy().astype(np.int64) for c in ("_at", *_PAIR_COLUMNS)}
+        pairs = Pairs(direction, *(cols[c] for c in _PAIR_COLUMNS))
+        found, severity, hits = evaluate(result.detectors, pairs)
+        severity = np.where(found, severity, -1).astype(np.int8)
+        frame = _frame({"_at": cols["_at"], "severity_rank": severity}, hits, np.ones(len(pairs), dtype=bool))
+        parts.append(frame.select(pl.col("_at").cast(pl.UInt32), "why_not"))
+    joined = numbered.select("_at").join(pl.concat(parts), on="_at", how="left", maintain_order="left")
+    return joined.get_column("why_not").fill_null(pl.lit([], dtype=WHY_NOT))
 
 
 _SCHEMA = {
@@ -137,6 +162,7 @@ def _records(result: AuditResult, table: pl.DataFrame) -> list[dict]:
         "severity",
         "severity_rule",
         "evidence",
+        "why_not",
         "anchor_text",
         "positive_text",
         "candidate_text",
@@ -166,6 +192,8 @@ def render_text(result: AuditResult, table: pl.DataFrame, *, per_anchor: int, co
         grid.add_column(name, overflow="fold", justify="right" if name in ("score", "positive", "margin") else "left")
     for r in _records(result, table):
         flagged = f"{r['severity']}: {evidence_text(r['evidence'])}" if r["flagged"] else "no"
+        if r["why_not"] and r["severity"] not in ("certain", "likely"):
+            flagged += f"\n[dim]not likely: {escape(why_not_text(r['why_not']))}[/dim]"
         grid.add_row(
             f"{escape(clip(r['anchor_text'], 45))}\n[dim]{escape(str(r['anchor_id']))}[/dim]",
             escape(clip(r["positive_text"], 45)),

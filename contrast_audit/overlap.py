@@ -503,6 +503,14 @@ class Matcher:
             check = np.flatnonzero(~veto)
             if check.size:
                 veto[check] = entity.disagree(u[check], v[check])
+        if policy.negation_guard_words > 0:
+            from contrast_audit.evidence.guards import NegationGuard
+
+            negation = NegationGuard(policy.negation_guard_words)
+            negation.prepare(mini)
+            check = np.flatnonzero(~veto & negation.short[u] & negation.short[v])
+            if check.size:
+                veto[check] = negation.fails(u[check], v[check])
         if policy.word_order_threshold > 0:
             from contrast_audit.evidence.guards import OrderGuard
 

@@ -110,6 +110,14 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
             ),
             "alignment_match": ("Token cosine (below 1) at which a token is matched; 0 scores soft (BERTScore).", None),
             "word_order": ("Word-order agreement below which short texts are never near-duplicates; 0: off.", None),
+            "negation_guard": (
+                "Short texts (at most N words), one negated and the other not, are never near-duplicates; 0: off.",
+                None,
+            ),
+            "near_identical": (
+                "Embedding cosine from which a match skips the word-order and alignment guards; 0: off.",
+                None,
+            ),
         },
     ),
     (

@@ -58,12 +58,15 @@ def test_json_report_contract(pairs_file):
         "severity",
         "severity_rule",
         "evidence",
+        "why_not",
         "masked",
         "baseline",
         "anchor_text_hash",
         "candidate_text_hash",
     }
     assert finding["severity_rule"] == "exact"
+    assert finding["why_not"] == []  # explained only short of likely
+    assert report["vetoed"] == []
     assert finding["masked"] is False and finding["baseline"] is False
     assert finding["evidence"] == [{"kind": "exact", "score": 1.0, "threshold": 1.0}]
     (mislabelled,) = report["mislabelled_negatives"]

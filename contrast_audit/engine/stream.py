@@ -52,6 +52,7 @@ from contrast_audit.judge import (
     compare_batches,
     finish_findings,
     finish_mislabelled,
+    finish_vetoed,
     mislabelled_negatives,
 )
 from contrast_audit.normalise import normalise_series
@@ -705,6 +706,7 @@ def assemble(
     detectors = [work.global_detectors.get(d.name, d) for d in default_detectors(cfg)]
     judgement = Judgement(
         findings=finish_findings(findings, cfg.loss.directions),
+        vetoed=finish_vetoed(findings, cfg.loss.directions),
         mislabelled=finish_mislabelled(mislabelled),
         candidates=sum(by_direction.values()),
         candidates_by_direction=by_direction,

@@ -67,7 +67,10 @@ def default_detectors(
 
         e = cfg.embedding
         store = EmbeddingStore(e, progress, encoder=encoder)
-        semantic += [EmbeddingDetector(store, e.positive_threshold), AnchorEmbeddingDetector(store, e.anchor_threshold)]
+        semantic += [
+            EmbeddingDetector(store, e.positive_threshold, e.margin_doc_ratio),
+            AnchorEmbeddingDetector(store, e.anchor_threshold),
+        ]
         margin = MarginDetector(
             store, e.absolute_margin, e.relative_margin, e.margin_support, e.margin, e.margin_doc_ratio
         )
@@ -93,7 +96,14 @@ def default_detectors(
     from contrast_audit.evidence.guards import Guarded
 
     numbers, aligned = _guards(cfg, store)
-    guarded = [Guarded(d, numbers + aligned) for d in semantic] if numbers + aligned else semantic
+    # A near-identical embedding match is left to the hard guards (numbers, names, negation): wording
+    # guards would veto "sliced by a woman" / "sliced by the woman" as readily as a change of fact.
+    near = cfg.policy.near_identical if cfg.policy.near_identical > 0 else None
+    guarded = (
+        [Guarded(d, numbers + aligned, near if d.name == "embedding" else None) for d in semantic]
+        if numbers + aligned
+        else semantic
+    )
     # The margin rule is a relevance claim, not one of near-duplication (two answers to one question
     # need not share wording): the number guard only.
     if margin is not None:
@@ -106,8 +116,8 @@ def default_detectors(
 
 
 def _guards(cfg: AuditConfig, store) -> tuple[list, list]:
-    """The number and entity guards; the near-duplicate guards: word order, and alignment when embeddings are
-    on (``store``)."""
+    """The hard guards (number, entity, negation); the soft ones, of wording: word order, and alignment
+    when embeddings are on (``store``)."""
     policy = cfg.policy
     numbers: list = []
     aligned: list = []
@@ -119,6 +129,10 @@ def _guards(cfg: AuditConfig, store) -> tuple[list, list]:
         from contrast_audit.evidence.guards import EntityGuard
 
         numbers.append(EntityGuard(policy.entity_guard_words))
+    if policy.negation_guard_words > 0:
+        from contrast_audit.evidence.guards import NegationGuard
+
+        numbers.append(NegationGuard(policy.negation_guard_words))
     if policy.word_order_threshold > 0:
         from contrast_audit.evidence.guards import OrderGuard
 

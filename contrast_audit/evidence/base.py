@@ -55,7 +55,10 @@ class Pairs:
 class Hits:
     """A detector's verdict on every pair: ``mask`` marks equivalent pairs. A detector with more than
     one rule names them in ``rules`` and says in ``rule`` (an index into ``rules``, per pair) which
-    one set each pair's severity; the report records it as the finding's ``severity_rule``."""
+    one set each pair's severity; the report records it as the finding's ``severity_rule``. A guarded
+    detector (``guards.Guarded``) names its guards in ``guards`` and says in ``vetoed`` (per pair, an
+    index into ``guards``, -1 for none) which guard vetoed a match it would otherwise have made, with
+    the guard's best value over the texts it compared in ``veto_value`` and its bar in ``guard_bars``."""
 
     kind: str
     mask: np.ndarray
@@ -64,6 +67,10 @@ class Hits:
     severity: np.ndarray
     rule: np.ndarray | None = None
     rules: tuple[str, ...] = ()
+    vetoed: np.ndarray | None = None
+    veto_value: np.ndarray | None = None
+    guards: tuple[str, ...] = ()
+    guard_bars: tuple[float, ...] = ()
 
     def rule_names(self) -> list[str]:
         """``kind`` for a one-rule detector, else ``kind: rule`` for each of its rules."""

@@ -113,29 +113,100 @@ class _CosineDetector:
         self.store.prepare(corpus)
 
 
+def alike_rows(corpus: Corpus, doc_ratio: float) -> np.ndarray:
+    """Per row: its positive has fewer than ``doc_ratio`` times its anchor's words, so the two texts are
+    of one kind (paraphrases, captions, duplicate questions) rather than a query and its document.
+    A ratio of 0 calls no row alike."""
+    words = corpus.texts.select(pl.col("norm").str.split(" ").list.len()).to_series().to_numpy()
+    return words[corpus.positive] < doc_ratio * words[corpus.anchor]
+
+
 class EmbeddingDetector(_CosineDetector):
+    """``likely`` when the candidate is a near-duplicate of what the anchor is trained towards: a
+    document candidate of the row's positive, a query candidate of the anchor. In a row whose two texts
+    are alike (``alike_rows``; both embedded alike, with one prompt) a document candidate is also
+    compared with the anchor itself: a reader sees "the onion is sliced by the woman" repeat "an onion
+    is sliced by a woman" whichever of the row's two texts it is set against."""
+
     name = "embedding"
-    description = "candidate is a near-duplicate, by embedding cosine, of the anchor row's positive (or anchor)"
+    description = (
+        "candidate is a near-duplicate, by embedding cosine, of the anchor row's positive (or anchor; of either "
+        "in a row whose two texts are alike)"
+    )
+    RULES = ("near the positive", "near the anchor, in a row whose two texts are alike")
+
+    def __init__(self, store: EmbeddingStore, threshold: float, doc_ratio: float = 0.0) -> None:
+        super().__init__(store, threshold)
+        self.doc_ratio = doc_ratio
+
+    def prepare(self, corpus: Corpus) -> None:
+        super().prepare(corpus)
+        same_space = self.store.query is self.store.doc  # one prompt: anchors and documents embedded alike
+        self.alike = alike_rows(corpus, self.doc_ratio) if same_space else np.zeros(corpus.n_rows, dtype=bool)
 
     def _target(self, pairs: Pairs) -> np.ndarray:
         query_candidates = pairs.direction in ("query_to_query", "doc_to_query")
         return (self.corpus.anchor if query_candidates else self.corpus.positive)[pairs.anchor_row]
 
+    def _anchor_side(self, pairs: Pairs) -> np.ndarray:
+        """Where the candidate is also compared with the anchor: document candidates in alike rows."""
+        if pairs.direction not in ("query_to_doc", "doc_to_doc"):
+            return np.zeros(len(pairs), dtype=bool)
+        return self.alike[pairs.anchor_row]
+
+    def scores(self, pairs: Pairs) -> tuple[np.ndarray, np.ndarray]:
+        """cosine(candidate, target) and cosine(candidate, anchor) (NaN where not compared)."""
+        target = target_scores(self.store, self.corpus, pairs)
+        anchor = np.full(len(pairs), np.nan, dtype=np.float32)
+        idx = np.flatnonzero(self._anchor_side(pairs))
+        if idx.size:
+            s = self.store
+            anchor[idx] = cross(s, self.corpus, pairs, s.doc, ANCHOR_ROLE, s.doc, idx=idx)
+        return target, anchor
+
     def compared(self, pairs: Pairs) -> list[tuple[np.ndarray, np.ndarray]]:
-        """The texts this evidence says are near-duplicates (for the guards)."""
-        return [(self._target(pairs), pairs.cand_tid)]
+        """The texts this evidence says are near-duplicates (for the guards): the candidate and whichever
+        text of the row it matched, or each of them when it matched both."""
+        target = self._target(pairs)
+        side = self._anchor_side(pairs)
+        if not side.any():
+            return [(target, pairs.cand_tid)]
+        to_target, to_anchor = self.scores(pairs)
+        to_anchor = side & (to_anchor >= self.threshold)
+        to_target = to_target >= self.threshold
+        anchor = self.corpus.anchor[pairs.anchor_row]
+        return [
+            (np.where(to_target | ~to_anchor, target, anchor), pairs.cand_tid),
+            (np.where(to_anchor, anchor, target), pairs.cand_tid),
+        ]
 
     def detect(self, pairs: Pairs) -> Hits:
-        score = target_scores(self.store, self.corpus, pairs)
+        to_target, to_anchor = self.scores(pairs)
+        by_anchor = np.nan_to_num(to_anchor, nan=-1.0) > to_target
+        score = np.where(by_anchor, to_anchor, to_target).astype(np.float64)
         mask = score >= self.threshold
         idx = np.flatnonzero(mask)
-        mask[idx] = self._target(pairs.take(idx)) != pairs.cand_tid[idx]
+        rows, cand = pairs.anchor_row[idx], pairs.cand_tid[idx]
+        # Identical texts are the exact detector's: the candidate is neither the target nor, where the anchor
+        # is compared, the anchor itself.
+        same = (self._target(pairs.take(idx)) == cand) | (by_anchor[idx] & (self.corpus.anchor[rows] == cand))
+        mask[idx] = ~same
         return Hits(
-            self.name, mask, score.astype(np.float64), self.threshold, np.full(len(pairs), LIKELY, dtype=np.int8)
+            self.name,
+            mask,
+            score,
+            self.threshold,
+            np.full(len(pairs), LIKELY, dtype=np.int8),
+            by_anchor.astype(np.int64),
+            self.RULES,
         )
 
     def info(self) -> dict[str, Any]:
-        return {"threshold": self.threshold, **self.store.info()}
+        return {
+            "threshold": self.threshold,
+            "alike_rows_doc_ratio": self.doc_ratio,
+            **self.store.info(),
+        }
 
 
 class AnchorEmbeddingDetector(_CosineDetector):
@@ -186,14 +257,14 @@ class MarginDetector(_CosineDetector):
         super().prepare(corpus)
         # Query→document rows: the positive has at least ``doc_ratio`` times the anchor's words. In rows
         # whose two texts are alike (paraphrase pairs, captions), the rule only says "same topic".
-        words = corpus.texts.select(pl.col("norm").str.split(" ").list.len()).to_series().to_numpy()
-        self.query_doc_row = words[corpus.positive] >= self.doc_ratio * words[corpus.anchor]
+        self.query_doc_row = ~alike_rows(corpus, self.doc_ratio)
 
     def detect(self, pairs: Pairs) -> Hits:
         c, s = self.corpus, self.store
         if self.support is None and not self.report_suspects:  # neither likely nor reported: nothing to do
             empty = np.zeros(len(pairs), dtype=bool)
-            return Hits(self.name, empty, np.zeros(len(pairs)), 0.0, np.zeros(len(pairs), dtype=np.int8))
+            # A NaN bar: the rule did not look (a finding's ``why_not`` leaves it out).
+            return Hits(self.name, empty, np.zeros(len(pairs)), float("nan"), np.zeros(len(pairs), dtype=np.int8))
         cand, pos = pair_scores(s, c, pairs)
         if self.relative_margin is not None:
             threshold = 1.0 - self.relative_margin

@@ -10,6 +10,17 @@ differ in wording and figures.
 - ``OrderGuard``: short texts whose shared words come in another order are not near-duplicates.
 - ``EntityGuard``: short texts that each name something the other does not ("in New Jersey" / "in
   Wisconsin", "iPhone" / "Pixel", "Python" / "Java") are not near-duplicates.
+- ``NegationGuard``: short texts of which one is negated and the other not ("is playing" / "is not
+  playing") are not near-duplicates.
+
+The number, entity and negation guards are *hard*: a fact differs, however alike the wording. Word order
+and alignment are *soft*: they read wording, and a change of article, voice or the place of a phrase
+moves them as much as a change of fact, so a ``Guarded`` detector with a ``near_identical`` bar does not
+apply them to matches scoring at or above it (texts a sentence vector calls near-identical that no hard
+guard tells apart; docs/quality.md measures it on the judged set).
+
+Every guard has a ``name`` and measures each comparison it reads (``measure``: the value and the bar it
+is held to), so a vetoed match can say which guard vetoed it and with what numbers (``explain.py``).
 """
 
 from __future__ import annotations
@@ -42,6 +53,9 @@ def row_texts(corpus: Corpus, pairs: Pairs) -> list[tuple[np.ndarray, np.ndarray
 
 
 class Guard(Protocol):
+    name: str
+    soft: bool
+
     def prepare(self, corpus: Corpus) -> None: ...
 
     def veto(self, detector, pairs: Pairs, mask: np.ndarray) -> np.ndarray: ...
@@ -50,11 +64,18 @@ class Guard(Protocol):
 
 
 class Guarded:
-    """A semantic detector whose matches are dropped where any guard vetoes them."""
+    """A semantic detector whose matches are dropped where any guard vetoes them. With a
+    ``near_identical`` bar, the soft guards (word order, alignment) leave matches scoring at or above
+    it alone (a soft guard's ``spares`` may keep some: the word-order guard still reads two texts
+    that are one permutation of the same words); their severity rule says so. Each vetoed match is recorded in the hits' ``vetoed`` (the
+    index of the first guard that vetoed it, in ``guards``)."""
 
-    def __init__(self, inner, guards: list[Guard]) -> None:
+    NEAR_IDENTICAL_RULE = "near-identical (word order and alignment not applied)"
+
+    def __init__(self, inner, guards: list[Guard], near_identical: float | None = None) -> None:
         self.inner = inner
         self.guards = guards
+        self.near_identical = near_identical
         self.name = inner.name
         self.description = inner.description
 
@@ -80,16 +101,60 @@ class Guarded:
         # The guards look at the matches only: a batch has thousands of candidates and a few matches.
         some = pairs.take(matched)
         keep = np.ones(matched.shape[0], dtype=bool)
-        for guard in self.guards:
-            keep &= ~guard.veto(self.inner, some, keep)
+        near = self.near(hits.score[matched])
+        vetoed = np.full(len(pairs), -1, dtype=np.int8)
+        value = np.full(len(pairs), np.nan, dtype=np.float64)
+        for number, guard in enumerate(self.guards):
+            asked = keep
+            if getattr(guard, "soft", False) and near.any():
+                spared = near.copy()
+                spares = getattr(guard, "spares", None)  # which near-identical matches it leaves alone
+                if spares is not None:
+                    spared[near] = spares(self.inner, some.take(np.flatnonzero(near)))
+                asked = keep & ~spared
+            veto = guard.veto(self.inner, some, asked)
+            at = np.flatnonzero(veto)
+            if at.size:
+                vetoed[matched[at]] = number
+                value[matched[at]] = self._best(guard, some.take(at))
+            keep &= ~veto
         mask = np.zeros(len(pairs), dtype=bool)
         mask[matched[keep]] = True
-        return replace(hits, mask=mask)
+        hits = replace(
+            hits,
+            mask=mask,
+            vetoed=vetoed,
+            veto_value=value,
+            guards=tuple(g.name for g in self.guards),
+            guard_bars=tuple(float(g.threshold) for g in self.guards),
+        )
+        if self.near_identical is None or not any(getattr(g, "soft", False) for g in self.guards):
+            return hits
+        return self._near_rule(hits, matched[keep & near])
+
+    def _best(self, guard, pairs: Pairs) -> np.ndarray:
+        """A vetoing guard's best value over the texts the matches rest on (each of them failed)."""
+        return np.max([guard.measure(u, v) for u, v in guard.comparisons(self.inner, pairs)], axis=0)
+
+    def near(self, score: np.ndarray) -> np.ndarray:
+        """Where a match's score reaches the ``near_identical`` bar (the soft guards leave it alone)."""
+        if self.near_identical is None:
+            return np.zeros(score.shape[0], dtype=bool)
+        return score >= self.near_identical
+
+    def _near_rule(self, hits: Hits, near: np.ndarray) -> Hits:
+        """The hits with one rule more, that of the near-identical matches the soft guards left alone."""
+        rules = hits.rules or ("match",)
+        rule = np.zeros(hits.mask.shape[0], dtype=np.int64) if hits.rule is None else hits.rule.copy()
+        rule[near] = len(rules)
+        return replace(hits, rule=rule, rules=(*rules, self.NEAR_IDENTICAL_RULE))
 
     def info(self) -> dict:
         out = dict(self.inner.info())
         for guard in self.guards:
             out.update(guard.info())
+        if self.near_identical is not None and any(getattr(g, "soft", False) for g in self.guards):
+            out["near_identical"] = self.near_identical
         return out
 
 
@@ -102,6 +167,8 @@ class _PairwiseGuard:
 
     threshold: float
     max_words: int
+    name = "guard"
+    soft = False
 
     def prepare(self, corpus: Corpus) -> None:
         if getattr(self, "corpus", None) is corpus:
@@ -114,11 +181,20 @@ class _PairwiseGuard:
         pass
 
     def fails(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+        return self.measure(u, v) < self.threshold
+
+    def measure(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """The guard's value for texts ``u[i]`` and ``v[i]``, held to ``threshold`` (below it fails):
+        a score, or 1 (agree) / 0 (disagree) for a yes-or-no guard."""
+        return (~self.fails(u, v)).astype(np.float64)
+
+    def comparisons(self, detector, pairs: Pairs) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The pairs of texts a match of ``detector`` rests on (see the class)."""
+        compared = getattr(detector, "compared", None)
+        return compared(pairs) if compared else row_texts(self.corpus, pairs)
 
     def veto(self, detector, pairs: Pairs, mask: np.ndarray) -> np.ndarray:
-        compared = getattr(detector, "compared", None)
-        comparisons = compared(pairs) if compared else row_texts(self.corpus, pairs)
+        comparisons = self.comparisons(detector, pairs)
         out = mask.copy()
         for u, v in comparisons:
             out &= self.short[u] & self.short[v]
@@ -147,8 +223,11 @@ class AlignmentGuard(_PairwiseGuard):
     def finish(self) -> None:
         self.tokens.finish()
 
-    def fails(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-        return self.tokens.alignment(u, v) < self.threshold
+    name = "alignment"
+    soft = True
+
+    def measure(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        return self.tokens.alignment(u, v)
 
     def info(self) -> dict[str, Any]:
         return {
@@ -211,16 +290,37 @@ class OrderGuard(_PairwiseGuard):
     def _prepare(self, corpus: Corpus) -> None:
         self._words = {}
 
-    def fails(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    name = "word-order"
+    soft = True
+
+    def spares(self, detector, pairs: Pairs) -> np.ndarray:
+        """Which near-identical matches the guard leaves alone: all but those where every text compared is
+        the same words as the candidate in another order ("the dog bit the man" / "the man bit the dog":
+        exchanged roles, which a sentence vector scores near 1). A change of article, voice or wording
+        beside the move ("an onion is sliced by a woman" / "a woman slices the onion") is spared."""
+        comparisons = self.comparisons(detector, pairs)
+        words = self._fill(np.concatenate([np.r_[u, v] for u, v in comparisons]))
+        out = np.zeros(len(pairs), dtype=bool)
+        for u, v in comparisons:
+            out |= np.fromiter(
+                (sorted(words[int(a)]) != sorted(words[int(b)]) for a, b in zip(u, v, strict=True)), bool, u.shape[0]
+            )
+        return out
+
+    def _fill(self, tids: np.ndarray) -> dict[int, list[str]]:
+        """The word lists, with those of ``tids`` read."""
         words = self._words
-        missing = [int(t) for t in np.unique(np.r_[u, v]) if int(t) not in words]
+        missing = [int(t) for t in np.unique(tids) if int(t) not in words]
         if missing:
             texts = self.corpus.texts.get_column("norm").gather(missing).to_list()
             words.update((tid, _WORD.findall(text)) for tid, text in zip(missing, texts, strict=True))
-        score = np.fromiter(
+        return words
+
+    def measure(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        words = self._fill(np.r_[u, v])
+        return np.fromiter(
             (word_order(words[int(a)], words[int(b)]) for a, b in zip(u, v, strict=True)), np.float64, u.shape[0]
         )
-        return score < self.threshold
 
     def info(self) -> dict[str, Any]:
         return {"word_order_threshold": self.threshold, "word_order_words": self.max_words}
@@ -298,6 +398,8 @@ class EntityGuard(_PairwiseGuard):
     however close their shingles and embeddings. Reads each text's first spelling (case matters);
     needs no model."""
 
+    name = "entity"
+
     def __init__(self, max_words: int) -> None:
         self.threshold = 1.0 if max_words > 0 else 0.0
         self.max_words = max_words
@@ -330,3 +432,34 @@ class EntityGuard(_PairwiseGuard):
 
     def info(self) -> dict[str, Any]:
         return {"entity_guard_words": self.max_words}
+
+
+# Words that negate what a short text says. Normal forms are casefolded, so "Not" and "NOT" are "not".
+_NEGATION = re.compile(r"\b(?:not|no|never|nobody|nothing|none|neither|nor|nowhere|without|cannot)\b|\wn[’']t\b")
+
+
+def negated(text: str) -> bool:
+    """Whether ``text`` (a normal form) holds a word of negation: "not", "never", "no", "without",
+    a contraction such as "isn't"."""
+    return _NEGATION.search(text) is not None
+
+
+class NegationGuard(_PairwiseGuard):
+    """Vetoes a match when every pair of short texts it rests on has one text negated and the other
+    not (:func:`negated`): "A man is playing the guitar" / "A man is not playing the guitar" say
+    opposite things in nearly the same words. Needs no model."""
+
+    name = "negation"
+
+    def __init__(self, max_words: int) -> None:
+        self.threshold = 1.0 if max_words > 0 else 0.0
+        self.max_words = max_words
+
+    def _prepare(self, corpus: Corpus) -> None:
+        self.negated = corpus.texts.get_column("norm").map_elements(negated, return_dtype=pl.Boolean).to_numpy()
+
+    def fails(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        return self.negated[u] != self.negated[v]
+
+    def info(self) -> dict[str, Any]:
+        return {"negation_guard_words": self.max_words}

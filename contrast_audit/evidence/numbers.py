@@ -20,6 +20,10 @@ NUMBER = r"\d+(?:[.,]\d+)*"
 
 
 class NumberGuard:
+    name = "number"
+    soft = False
+    threshold = 1.0
+
     def __init__(self, max_words: int) -> None:
         self.max_words = max_words
 
@@ -39,6 +43,14 @@ class NumberGuard:
         if self.max_words <= 0:
             return np.zeros(u.shape[0], dtype=bool)
         return self.short[u] & self.short[v] & (self.code[u] != self.code[v])
+
+    def measure(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """1 where texts ``u`` and ``v`` agree on their numbers (or either is long), 0 where they do not."""
+        return (~self.disagree(u, v)).astype(np.float64)
+
+    def comparisons(self, detector, pairs: Pairs) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The candidate with each text of the anchor row: a match is vetoed when it disagrees with both."""
+        return row_texts(self.corpus, pairs)
 
     def veto(self, detector, pairs: Pairs, mask: np.ndarray) -> np.ndarray:
         """Vetoed where the candidate disagrees with both texts of the anchor row."""

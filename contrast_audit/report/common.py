@@ -38,6 +38,33 @@ def evidence_text(evidence: list[dict]) -> str:
     return ", ".join(parts)
 
 
+def why_not_text(why_not: list[dict] | None) -> str:
+    """Why the semantic detectors did not flag a pair (a finding's or alleged negative's ``why_not``), in
+    a line: "embedding 0.905≥0.825 vetoed by word-order 0.33<0.85; minhash 0.000<0.700"."""
+    parts = []
+    for w in why_not or []:
+        score = w["score"] if w["score"] is not None else float("nan")
+        if w["kind"] == "margin" and (w["threshold"] or 0) > 0:
+            shown = f"margin ×{score:.3f}"
+            bar = f"{w['threshold']:.3f}"
+        elif w["kind"] == "margin":
+            shown, bar = f"margin {score:+.3f}", f"{w['threshold']:+.3f}"
+        else:
+            shown, bar = f"{w['kind']} {score:.3f}", f"{w['threshold']:.3f}"
+        if w["guard"] is None:
+            parts.append(f"{shown}<{bar}" if w["kind"] != "margin" else f"{shown}≤{bar}")
+            continue
+        guard = f"vetoed by {w['guard']}"
+        if w["guard_threshold"] is not None and w["guard_value"] is not None and w["guard_threshold"] < 1.0:
+            guard += f" {w['guard_value']:.2f}<{w['guard_threshold']:.2f}"
+        elif w["guard"] in ("number", "entity", "negation"):
+            guard += {"number": " (numbers differ)", "entity": " (names differ)", "negation": " (one is negated)"}[
+                w["guard"]
+            ]
+        parts.append(f"{shown}≥{bar} {guard}")
+    return "; ".join(parts)
+
+
 MARGIN_LEGEND = (
     "margin ×R>T: the candidate's cosine to the anchor is R times the anchor's cosine to its own positive, "
     "above T = 1 - relative margin; margin +D>T: the candidate's cosine minus the positive's is D, above "

@@ -183,7 +183,14 @@ def test_policy_wires_detectors_from_config():
         d.name: d
         for d in default_detectors(
             build_config(
-                {"minhash": False, "absolute_margin": 0.05, "margin": True, "number_guard": 0, "entity_guard": 0}
+                {
+                    "minhash": False,
+                    "absolute_margin": 0.05,
+                    "margin": True,
+                    "number_guard": 0,
+                    "entity_guard": 0,
+                    "negation_guard": 0,
+                }
             )
         )
     }["margin"]

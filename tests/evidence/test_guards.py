@@ -76,9 +76,14 @@ def test_the_guard_runs_by_default_before_the_alignment_guard_and_reports_itself
         assert detectors[name].info()["word_order_threshold"] == 0.85
     assert "word_order_threshold" not in detectors["margin"].info()  # relevance, not near-duplication
     lexical = {d.name: d for d in default_detectors(build_config({"embeddings": False}))}
-    assert [type(g).__name__ for g in lexical["minhash"].guards] == ["NumberGuard", "EntityGuard", "OrderGuard"]
+    assert [type(g).__name__ for g in lexical["minhash"].guards] == [
+        "NumberGuard",
+        "EntityGuard",
+        "NegationGuard",
+        "OrderGuard",
+    ]
     off = {d.name: d for d in default_detectors(build_config({"embeddings": False, "word_order": 0}))}
-    assert [type(g).__name__ for g in off["minhash"].guards] == ["NumberGuard", "EntityGuard"]
+    assert [type(g).__name__ for g in off["minhash"].guards] == ["NumberGuard", "EntityGuard", "NegationGuard"]
     with pytest.raises(ConfigError, match="word-order"):
         build_config({"word_order": 1.5})
 
