@@ -29,6 +29,11 @@ def data_arguments(p) -> None:
     p.add_argument("--work", type=Path, default=Path("/tmp/judged"), help="pair files and scan reports go here")
     p.add_argument("--sets", nargs="+", default=list(BUILDERS), choices=list(BUILDERS))
     p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS), help="the seeds of the natural batches")
+    p.add_argument(
+        "--scan-cmd",
+        help='another contrast-audit executable, e.g. "env PYTHONPATH=/tmp/old .venv/bin/contrast-audit" to run a '
+        "snapshot",
+    )
 
 
 def pair_key(direction: str, anchor: str, candidate: str) -> str:
@@ -68,7 +73,10 @@ def role_text(row: dict[str, Any], role: str) -> str:
     return row["negatives"][k]
 
 
-def scan_command() -> list[str]:
+def scan_command(scan_cmd: str | None = None) -> list[str]:
+    """The contrast-audit command: ``scan_cmd`` split as a shell would, or this environment's."""
+    if scan_cmd:
+        return shlex.split(scan_cmd)
     return [str(Path(sys.executable).with_name("contrast-audit"))]
 
 

@@ -7,7 +7,10 @@ For each data set (``natural.BUILDERS``) it writes ``WORK/NAME/pairs.jsonl``, sc
 ``--batch-size 64 --seed S --margin`` (suspects included) and lists the top alleged negatives with
 ``negatives``; then it samples, per data set, a uniform random ``--per-severity`` findings of each
 severity (so the judged precision of a severity estimates that of all its findings) and the
-``--unflagged`` highest-scoring unflagged negatives (where missed false negatives would be), and writes them to ``WORK/to_judge.jsonl`` with an empty ``label``. A person
+``--unflagged`` highest-scoring negatives it does not report at ``likely`` or ``certain`` (where missed false
+negatives would be; each with the scan's ``why_not``), and writes them to ``WORK/to_judge.jsonl`` with an
+empty ``label``; ``WORK/to_judge.blind.jsonl`` holds the same pairs with only their key, data set and three
+texts, shuffled within each data set, which is what the reader reads. A person
 reads each, fills ``label`` (EQUIVALENT / RELATED / UNRELATED) and ``reason``, and appends the lines
 to ``bench/judged/judgments.jsonl``.
 """
@@ -39,11 +42,12 @@ def draw(name: str, data: Path, work: Path, seed: int, args: argparse.Namespace,
     pairs = natural.build(name, data, work)
     rows = read_rows(pairs)
     extra = shlex.split(args.scan_args)
+    command = scan_command(args.scan_cmd)
     report = run(
-        [*scan_command(), "scan", str(pairs), *plan_args(seed), "--margin", *extra], work / name / f"scan-{seed}.json"
+        [*command, "scan", str(pairs), *plan_args(seed), "--margin", *extra], work / name / f"scan-{seed}.json"
     )
     negs = run(
-        [*scan_command(), "negatives", str(pairs), *plan_args(seed), "--top", str(args.top), *extra],
+        [*command, "negatives", str(pairs), *plan_args(seed), "--top", str(args.top), *extra],
         work / name / f"negatives-{seed}.json",
     )["negatives"]
     rng = random.Random(f"{name}-{seed}")
@@ -65,7 +69,7 @@ def draw(name: str, data: Path, work: Path, seed: int, args: argparse.Namespace,
             seen.add(f["key"])
             out.append(record(name, seed, f, key, "finding", args))
             taken += 1
-    unflagged = [n for n in negs if not n["flagged"]]
+    unflagged = [n for n in negs if n["severity"] not in ("certain", "likely")]
     for n in unflagged[: args.unflagged]:
         anchor = n["anchor_text"] if not n["direction"].startswith("doc_to") else n["positive_text"]
         n = {**n, "anchor": anchor, "positive": n["positive_text"], "candidate": n["candidate_text"]}
@@ -94,6 +98,7 @@ def record(name: str, seed: int, f: dict[str, Any], key: str, source: str, args:
             "severity": f.get("severity"),
             "severity_rule": f.get("severity_rule"),
             "evidence": sorted({e["kind"] for e in f.get("evidence") or []}),
+            "why_not": f.get("why_not") or [],
             "scan_args": args.scan_args,
         },
     }
@@ -110,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SEVERITY=N",
         help="another cap for one severity, e.g. --cap suspect=10 certain=15",
     )
-    p.add_argument("--unflagged", type=int, default=12)
+    p.add_argument(
+        "--unflagged", type=int, default=30, help="highest-scoring negatives short of likely, per set and seed"
+    )
     p.add_argument("--top", type=int, default=300, help="alleged negatives listed per data set")
     p.add_argument("--scan-args", default="", help="extra flags for scan and negatives")
     p.add_argument("--out", default="to_judge.jsonl", help="file name under --work")
@@ -125,7 +132,13 @@ def main(argv: list[str] | None = None) -> int:
             todo += got
     out = args.work / args.out
     out.write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in todo), encoding="utf-8")
-    print(f"{len(todo)} pairs -> {out}")
+    blind = [{k: t[k] for k in ("key", "dataset", "anchor", "positive", "candidate")} for t in todo]
+    random.Random(0).shuffle(blind)
+    blind.sort(key=lambda t: t["dataset"])  # stable: shuffled within each data set
+    out.with_suffix(".blind.jsonl").write_text(
+        "".join(json.dumps(t, ensure_ascii=False) + "\n" for t in blind), encoding="utf-8"
+    )
+    print(f"{len(todo)} pairs -> {out} (to read: {out.with_suffix('.blind.jsonl')})")
     return 0
 
 

@@ -12,7 +12,10 @@ is judged in ``bench/judged/judgments.jsonl``:
 - **recall**: of the judged EQUIVALENT pairs of the scanned seeds (drawn from every severity and from
   the unflagged top negatives), the share the scan reports at ``likely`` or ``certain``;
 - **coverage**: how many of the scan's findings at each severity are judged. A severity whose findings
-  are mostly unjudged is not measured: draw and judge more with ``sample.py``.
+  are mostly unjudged is not measured: draw and judge more with ``sample.py``;
+- **missed at the top**: of the ``--top-unflagged`` (30) highest-scoring alleged negatives per seed that the
+  scan does not report at ``likely`` or ``certain`` (``negatives``), how many are judged and how many of
+  those are EQUIVALENT: the false negatives a user meets first and the tool does not stop.
 
 Findings whose severity rests on the data's own labels (``exact`` texts, ``same-anchor``, ``declared``
 groups, a ``linked`` row pairing the anchor itself with the candidate) are false negatives of the loss
@@ -33,6 +36,7 @@ from bench.judged import natural
 from bench.judged.common import (
     data_arguments,
     findings_with_texts,
+    pair_key,
     plan_args,
     read_judgments,
     read_rows,
@@ -62,11 +66,33 @@ def score_set(name: str, judged: dict[str, dict], args: argparse.Namespace) -> d
     rows = read_rows(pairs)
     extra = shlex.split(args.scan_args)
     findings: list[dict] = []
+    top: dict[int, list[str]] = {}
     for seed in args.seeds:
-        command = shlex.split(args.scan_cmd) if args.scan_cmd else scan_command()
+        command = scan_command(args.scan_cmd)
         report = run([*command, "scan", str(pairs), *plan_args(seed), *extra], args.work / name / f"score-{seed}.json")
         findings += findings_with_texts(report, rows)
-    return tally(name, findings, judged, args.seeds)
+        if args.top_unflagged:
+            negs = run(
+                [*command, "negatives", str(pairs), *plan_args(seed), "--top", "300", *extra],
+                args.work / name / f"score-negatives-{seed}.json",
+            )["negatives"]
+            top[seed] = unreported_keys(negs, args.top_unflagged)
+    out = tally(name, findings, judged, args.seeds)
+    out["top"] = {seed: [judged[k]["label"] if k in judged else None for k in keys] for seed, keys in top.items()}
+    return out
+
+
+def unreported_keys(negatives: list[dict], n: int) -> list[str]:
+    """The keys of the ``n`` highest-scoring alleged negatives not reported at likely or certain."""
+    out = []
+    for neg in negatives:
+        if neg.get("severity") in GATED:
+            continue
+        anchor = neg["positive_text"] if neg["direction"].startswith("doc_to") else neg["anchor_text"]
+        out.append(pair_key(neg["direction"], anchor, neg["candidate_text"]))
+        if len(out) == n:
+            break
+    return out
 
 
 def tally(name: str, findings: list[dict], judged: dict[str, dict], seeds: list[int]) -> dict[str, Any]:
@@ -137,6 +163,18 @@ def render(results: list[dict[str, Any]], command: str) -> str:
         eq, kept = eq + r["equivalent"], kept + r["kept"]
         lines.append(f"| {r['name']} | {r['equivalent']} | {r['kept']} | {_p(r['kept'], r['equivalent'])} |")
     lines.append(f"| all | {eq} | {kept} | {_p(kept, eq)} |")
+    if any(r.get("top") for r in results):
+        lines += [
+            "",
+            "| data | seed | top negatives short of likely | judged | equivalent |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for r in results:
+            for seed, labels in sorted(r.get("top", {}).items()):
+                judged_n = sum(1 for x in labels if x is not None)
+                lines.append(
+                    f"| {r['name']} | {seed} | {len(labels)} | {judged_n} | {sum(1 for x in labels if x == 'EQUIVALENT')} |"
+                )
     rules: dict[str, Counter] = defaultdict(Counter)
     for r in results:
         for rule, c in r["by_rule"].items():
@@ -158,8 +196,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scan-args", default="", help="extra scan flags (the defaults otherwise)")
     p.add_argument("--out", type=Path, help="also write the tables here")
     p.add_argument(
-        "--scan-cmd",
-        help='another scan executable, e.g. "env PYTHONPATH=/tmp/old .venv/bin/contrast-audit" to score a snapshot',
+        "--top-unflagged",
+        type=int,
+        default=30,
+        help="judge the N highest-scoring negatives short of likely per seed (0: skip the negatives runs)",
     )
     args = p.parse_args(argv)
     judged = read_judgments()
