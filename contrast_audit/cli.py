@@ -338,6 +338,15 @@ RelativeMargin = Annotated[
     float | None,
     _opt("Margin rule sim(a, c) > sim(a, p) * (1 - margin).  \\[default: 0.25]", "Embeddings"),
 ]
+AbovePositive = Annotated[
+    float | None,
+    _opt(
+        "In a query->document row, a candidate that scores above the row's own positive and at or above this "
+        "quantile of the data's own anchor-positive scores is likely (it answers the query as well as only the "
+        "best-answered pairs do); 0 turns this off.  \\[default: 0.9]",
+        "Embeddings",
+    ),
+]
 MarginDocRatio = Annotated[
     float | None,
     _opt(
@@ -561,6 +570,7 @@ AUDIT_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("absolute_margin", AbsoluteMargin),
     ("relative_margin", RelativeMargin),
     ("margin_doc_ratio", MarginDocRatio),
+    ("above_positive", AbovePositive),
     ("pair_evidence", PairOn),
     ("calibration", CalibrationOpt),
     ("calibration_quantile", CalibrationQuantile),

@@ -167,7 +167,9 @@ class EmbeddingConfig:
     under half of the time on every measured genre (docs/quality.md); ``margin = true`` reports them.
     ``margin_support`` (off by default) makes it ``likely`` when the candidate is also within that
     cosine of the positive, in query→document rows only (the positive has at least ``margin_doc_ratio``
-    times the anchor's words; 0 lets any row count).
+    times the anchor's words; 0 lets any row count). ``above_positive``: in a query→document row, a
+    candidate that scores above the row's own positive and at or above this quantile of the data's own
+    anchor–positive scores is ``likely`` (0 turns it off).
     ``pair_evidence`` (off by default): compare two rows through their four cross cosines (``pair`` evidence) against
     bars that ``calibration = "auto"`` derives from the data's own anchor–positive cosines (at
     ``calibration_quantile``, never under ``calibration_floor``; see ``contrast_audit.calibration``);
@@ -192,6 +194,7 @@ class EmbeddingConfig:
     absolute_margin: float | None = None
     relative_margin: float | None = 0.25
     margin_doc_ratio: float = 3.0
+    above_positive: float = 0.9
     pair_evidence: bool = False
     calibration: str = "auto"
     calibration_quantile: float = 0.9
@@ -202,6 +205,8 @@ class EmbeddingConfig:
     verifier_quantile: float = 0.5
 
     def __post_init__(self) -> None:
+        if isinstance(self.above_positive, bool) or not 0.0 <= self.above_positive <= 1.0:
+            raise ConfigError(f"above-positive must be in [0, 1] (0 turns it off), got {self.above_positive!r}")
         if not 0.0 <= self.verifier_quantile <= 1.0:
             raise ConfigError(f"verifier-quantile must be in [0, 1], got {self.verifier_quantile}")
         if self.precision not in PRECISIONS:
@@ -385,6 +390,7 @@ _FILE_KEYS: dict[str, tuple[str | None, str]] = {
     "absolute_margin": ("embedding", "absolute_margin"),
     "relative_margin": ("embedding", "relative_margin"),
     "margin_doc_ratio": ("embedding", "margin_doc_ratio"),
+    "above_positive": ("embedding", "above_positive"),
     "pair": ("embedding", "pair_evidence"),
     "pair_evidence": ("embedding", "pair_evidence"),
     "calibration": ("embedding", "calibration"),
@@ -493,6 +499,7 @@ SETTING_RULES: dict[str, tuple[str, float | None, float | None, bool]] = {
     "absolute_margin": ("float", 0.0, 2.0, False),
     "relative_margin": ("float", 0.0, 1.0, True),
     "margin_doc_ratio": ("float", 0.0, 1000.0, False),
+    "above_positive": ("float", 0.0, 1.0, False),
     "calibration_quantile": ("float", 0.0, 1.0, False),
     "calibration_floor": ("float", -1.0, 1.0, False),
     "pair_threshold": ("float", -1.0, 1.0, False),

@@ -137,6 +137,7 @@ WHY_NOT = pl.List(
             "guard": pl.String,
             "guard_value": pl.Float64,
             "guard_threshold": pl.Float64,
+            "rule": pl.String,
         }
     )
 )
@@ -168,6 +169,12 @@ def _frame(columns: dict[str, np.ndarray], hits: list, found: np.ndarray) -> pl.
             data[f"bar_{idx}"] = bars.gather(code)
             value = np.full(found.shape[0], np.nan) if h.veto_value is None else h.veto_value
             data[f"value_{idx}"] = value[found]
+            # A bar met with no veto and no finding: the rule that held says why (the margin rule alone is
+            # suspect, reported only with --margin).
+            rules = pl.Series([*h.rules, None], dtype=pl.String)
+            met = (h.score[found] >= h.threshold) & (vetoed[found] < 0) & (h.rule is not None)
+            rule = np.where(met, h.rule[found] if h.rule is not None else 0, len(h.rules))
+            data[f"rule_{idx}"] = rules.gather(rule)
     frame = pl.DataFrame(data)
     structs = [
         pl.when(pl.col(f"hit_{idx}")).then(
@@ -188,6 +195,7 @@ def _frame(columns: dict[str, np.ndarray], hits: list, found: np.ndarray) -> pl.
                 pl.col(f"guard_{idx}").alias("guard"),
                 pl.col(f"value_{idx}").fill_nan(None).alias("guard_value"),
                 pl.col(f"bar_{idx}").alias("guard_threshold"),
+                pl.col(f"rule_{idx}").alias("rule"),
             )
         )
         for idx, h in enumerate(hits)
@@ -196,7 +204,7 @@ def _frame(columns: dict[str, np.ndarray], hits: list, found: np.ndarray) -> pl.
     why_not = (
         pl.concat_list(why).list.drop_nulls().cast(WHY_NOT) if why else pl.lit(pl.Series([[]], dtype=WHY_NOT)).first()
     )
-    scratch = ("hit_", "score_", "why_", "guard_", "bar_", "value_")
+    scratch = ("hit_", "score_", "why_", "guard_", "bar_", "value_", "rule_")
     return frame.with_columns(
         pl.concat_list(structs).list.drop_nulls().alias("evidence"), why_not.alias("why_not")
     ).drop([c for c in frame.columns if c.startswith(scratch)])

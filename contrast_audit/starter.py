@@ -147,6 +147,10 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
             ),
             "relative_margin": ("Margin rule sim(a, c) > sim(a, p) * (1 - margin).", None),
             "absolute_margin": ("Margin rule sim(a, c) > sim(a, p) - margin; replaces relative_margin.", 0.1),
+            "above_positive": (
+                "Quantile of the data's own positive scores above which a candidate beating its row's positive is likely.",
+                None,
+            ),
             "margin_doc_ratio": (
                 "Margin findings are likely only where the positive has this many times the anchor's words.",
                 None,

@@ -72,7 +72,13 @@ def default_detectors(
             AnchorEmbeddingDetector(store, e.anchor_threshold),
         ]
         margin = MarginDetector(
-            store, e.absolute_margin, e.relative_margin, e.margin_support, e.margin, e.margin_doc_ratio
+            store,
+            e.absolute_margin,
+            e.relative_margin,
+            e.margin_support,
+            e.margin,
+            e.margin_doc_ratio,
+            e.above_positive,
         )
         if e.pair_evidence:
             pair = PairDetector(

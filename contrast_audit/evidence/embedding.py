@@ -245,6 +245,7 @@ class MarginDetector(_CosineDetector):
         support: float | None,
         report_suspects: bool,
         doc_ratio: float = 0.0,
+        above_quantile: float = 0.0,
     ) -> None:
         super().__init__(store, threshold=1.0 if support is None else support)
         self.absolute_margin = absolute_margin
@@ -252,16 +253,32 @@ class MarginDetector(_CosineDetector):
         self.support = support
         self.report_suspects = report_suspects
         self.doc_ratio = doc_ratio
+        self.above_quantile = above_quantile
+        self.above_bar: dict[bool, float] = {}
 
     def prepare(self, corpus: Corpus) -> None:
         super().prepare(corpus)
         # Query→document rows: the positive has at least ``doc_ratio`` times the anchor's words. In rows
         # whose two texts are alike (paraphrase pairs, captions), the rule only says "same topic".
         self.query_doc_row = ~alike_rows(corpus, self.doc_ratio)
+        # The rule above the positive reads the data as queries and documents: most of its rows are. A long
+        # caption beside a short one is no document (captions, paraphrases: most rows are alike).
+        self.query_doc_data = bool(self.query_doc_row.mean() > 0.5) if corpus.n_rows else False
+        self.above_bar = {}
+
+    def _above_bar(self, from_doc: bool) -> float:
+        """The ``above_quantile`` quantile of the data's own positive scores (query→document rows whose
+        positive is not the anchor): the relevance only the best-answered tenth of the data reaches."""
+        if from_doc not in self.above_bar:
+            c = self.corpus
+            own = self.query_doc_row & (c.anchor != c.positive)
+            scores = row_positive_scores(self.store, c, from_doc)[own]
+            self.above_bar[from_doc] = float(np.quantile(scores, self.above_quantile)) if scores.size else np.inf
+        return self.above_bar[from_doc]
 
     def detect(self, pairs: Pairs) -> Hits:
         c, s = self.corpus, self.store
-        if self.support is None and not self.report_suspects:  # neither likely nor reported: nothing to do
+        if self.support is None and not self.report_suspects and self.above_quantile <= 0:  # nothing to do
             empty = np.zeros(len(pairs), dtype=bool)
             # A NaN bar: the rule did not look (a finding's ``why_not`` leaves it out).
             return Hits(self.name, empty, np.zeros(len(pairs)), float("nan"), np.zeros(len(pairs), dtype=np.int8))
@@ -296,11 +313,18 @@ class MarginDetector(_CosineDetector):
         )
         query_doc = self.query_doc_row[rows]
         supported[idx] = near & ~own & query_doc
-        severity = np.where(supported, LIKELY, SUSPECT).astype(np.int8)
+        # Above the positive: in a query→document row the candidate answers the anchor better than the row's
+        # own positive does, and as well as only the best-answered tenth of the data's own pairs.
+        above = np.zeros(len(pairs), dtype=bool)
+        if self.above_quantile > 0 and self.query_doc_data:
+            bar = self._above_bar(pairs.direction in ("doc_to_query", "doc_to_doc"))
+            above[idx] = ~own & query_doc & (cand[idx] > pos[idx]) & (cand[idx] >= bar)
+        likely = supported | above
+        severity = np.where(likely, LIKELY, SUSPECT).astype(np.int8)
         rule = np.zeros(len(pairs), dtype=np.int64)
-        rule[idx] = np.select([supported[idx], own, ~query_doc & near], [0, 2, 3], default=1)
+        rule[idx] = np.select([supported[idx], above[idx], own, ~query_doc & near], [0, 4, 2, 3], default=1)
         if not self.report_suspects:
-            mask &= supported
+            mask &= likely
         return Hits(self.name, mask, score, threshold, severity, rule, self.RULES)
 
     RULES = (
@@ -308,6 +332,7 @@ class MarginDetector(_CosineDetector):
         "within the margin alone",
         "within the margin, the row's own hard negative",
         "within the margin, in a row whose texts are alike (same topic is all it says)",
+        "above the positive and the data's best-answered pairs, in a query->document row",
     )
 
     def info(self) -> dict[str, Any]:
@@ -328,11 +353,20 @@ class MarginDetector(_CosineDetector):
         else:
             likely += ", in any row (--margin-doc-ratio 0)"
             suspect = "rule holds alone, or the candidate is"
+        if self.above_quantile > 0:
+            bars = ", ".join(f"{v:.3f}" for _, v in sorted(self.above_bar.items()))
+            likely += (
+                f"; or sim(a, c) > sim(a, p) and sim(a, c) >= the {self.above_quantile:g} quantile of the data's own "
+                f"positive scores ({bars or 'not computed'}), in a query->document row of data whose rows are "
+                "mostly query->document"
+            )
         return {
             "rule": rule,
             "relative_margin": self.relative_margin,
             "absolute_margin": self.absolute_margin,
             "support": self.support,
+            "above_positive_quantile": self.above_quantile,
+            "above_positive_bar": {("doc" if k else "query"): v for k, v in sorted(self.above_bar.items())} or None,
             "likely_when": likely,
             "suspect_when": f"{suspect} the row's own hard negative"
             + ("" if self.report_suspects else " (not reported; --margin reports them)"),

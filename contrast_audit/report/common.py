@@ -51,6 +51,9 @@ def why_not_text(why_not: list[dict] | None) -> str:
             shown, bar = f"margin {score:+.3f}", f"{w['threshold']:+.3f}"
         else:
             shown, bar = f"{w['kind']} {score:.3f}", f"{w['threshold']:.3f}"
+        if w["guard"] is None and w.get("rule"):
+            parts.append(f"{shown}>{bar} ({w['rule']})")
+            continue
         if w["guard"] is None:
             parts.append(f"{shown}<{bar}" if w["kind"] != "margin" else f"{shown}≤{bar}")
             continue

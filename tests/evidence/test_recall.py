@@ -233,5 +233,72 @@ def test_negatives_say_why_an_alleged_negative_is_not_flagged(tmp_path):
     assert {"embedding", "minhash"} <= kinds
     for n in unflagged:
         for w in n["why_not"]:
-            assert (w["guard"] is None and w["score"] < w["threshold"]) or w["guard"] is not None
+            # under the bar, vetoed by a guard, or a rule that held and is not reported (the margin alone)
+            assert w["score"] < w["threshold"] or w["guard"] is not None or w["rule"] is not None
     assert pl.DataFrame(listed).height == len(listed)
+
+
+# Query→document rows: the documents have three times the queries' words and more. The data's own anchor–
+# positive scores set the bar (its 0.9 quantile); a candidate above both its row's positive and that bar
+# is likely.
+QD_ROWS = [(f"q{i}", f"document number {i} " + "with many words " * 3) for i in range(10)]
+
+
+def qd_vectors() -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for i in range(10):
+        out[f"q{i}"] = unit(1, 0, i)
+        # Each row's positive scores 0.5 + 0.04 i against its own query: the 0.9 quantile is 0.824.
+        score = 0.5 + 0.04 * i
+        out[QD_ROWS[i][1]] = unit(score, (1 - score**2) ** 0.5, 0)
+    return out
+
+
+def margin_detector(above: float):
+    from contrast_audit.evidence.embedding import MarginDetector
+
+    c = corpus_of(QD_ROWS)
+    vectors = qd_vectors()
+    # Queries of one direction, documents of another: make the anchor the first axis for the cosines below.
+    for i in range(10):
+        vectors[f"q{i}"] = unit(1, 0, 0)
+    det = MarginDetector(FixedStore(vectors), None, 0.25, None, False, 3.0, above)
+    det.prepare(c)
+    return det, c
+
+
+def test_a_candidate_above_its_positive_and_the_data_s_best_pairs_is_likely():
+    det, c = margin_detector(0.9)
+    # Row 0's positive scores 0.5. Row 9's document scores 0.86 against every query (above the bar,
+    # 0.824); row 5's scores 0.70 (above row 0's positive, under the bar).
+    hits = det.detect(q2d_pairs(c, [0, 0, 9], [9, 5, 8]))
+    assert hits.mask.tolist() == [True, False, False]  # row 9's own positive (0.86) beats row 8's (0.82)
+    assert hits.severity[0] == LIKELY
+    assert hits.rules[int(hits.rule[0])].startswith("above the positive")
+    assert det.above_bar[False] == pytest.approx(0.824, abs=1e-3)  # between rows 8 (0.82) and 9 (0.86)
+    assert det.info()["above_positive_quantile"] == 0.9
+    off, c = margin_detector(0.0)
+    assert not off.detect(q2d_pairs(c, [0], [9])).mask.any()
+
+
+def test_the_above_positive_rule_is_a_setting():
+    margin = {d.name: d for d in default_detectors(build_config({}))}["margin"]
+    assert margin.inner.above_quantile == 0.9
+    with pytest.raises(ConfigError, match="above-positive"):
+        build_config({"above_positive": 2})
+
+
+def test_the_above_positive_rule_reads_only_data_of_queries_and_documents():
+    from contrast_audit.evidence.embedding import MarginDetector
+
+    # Captions: one long caption beside a short one makes a row look like a query and its document, but the
+    # data is of alike rows, so the rule stays off.
+    rows = [("Dogs in snow .", "The dog is chasing the other dog carrying a stick in its mouth .")]
+    rows += [(f"A dog runs {i} .", f"A dog is running {i} .") for i in range(5)]
+    vectors = {t: unit(1, 0.1 * i, 0) for i, row in enumerate(rows) for t in row}
+    vectors[rows[0][1]] = unit(0.2, 1, 0)  # the row's own positive scores low against its anchor
+    c = corpus_of(rows)
+    det = MarginDetector(FixedStore(vectors), None, 0.25, None, False, 3.0, 0.9)
+    det.prepare(c)
+    assert det.query_doc_row[0] and not det.query_doc_data
+    assert not det.detect(q2d_pairs(c, [0, 0], [1, 2])).mask.any()
