@@ -278,33 +278,19 @@ class AuditResult:
     def report_rows(self) -> dict[str, pl.DataFrame]:
         """The report's row lists as frames: ``findings``, ``vetoed``, ``mislabelled_negatives``, ``overlaps``,
         ``row_hashes``."""
+        pair = ("batch", "epoch", "direction", "anchor_id", "candidate_id", "candidate_role")
+        hashes = ("anchor_text_hash", "candidate_text_hash")
         findings = self.hashed_findings().select(
-            "batch",
-            "epoch",
-            "direction",
-            "anchor_id",
-            "candidate_id",
-            "candidate_role",
+            *pair,
             pl.col("severity").cast(pl.String),
             "severity_rule",
             "evidence",
             "why_not",
             "masked",
             "baseline",
-            "anchor_text_hash",
-            "candidate_text_hash",
+            *hashes,
         )
-        vetoed = self.hashed_findings(self.judgement.vetoed).select(
-            "batch",
-            "epoch",
-            "direction",
-            "anchor_id",
-            "candidate_id",
-            "candidate_role",
-            "why_not",
-            "anchor_text_hash",
-            "candidate_text_hash",
-        )
+        vetoed = self.hashed_findings(self.judgement.vetoed).select(*pair, "why_not", *hashes)
         mislabelled = self.hashed_mislabelled().select(
             "row_id",
             "negative",
@@ -332,13 +318,13 @@ class AuditResult:
             "text_hash",
             "target_text_hash",
         )
-        hashes = self.row_hashes().to_frame()
+        row_hashes = self.row_hashes().to_frame()
         return {
             "findings": findings,
             "vetoed": vetoed,
             "mislabelled_negatives": mislabelled,
             "overlaps": overlaps,
-            "row_hashes": hashes,
+            "row_hashes": row_hashes,
         }
 
     def report(self, rows: dict[str, Any] | None = None) -> dict[str, Any]:
