@@ -343,7 +343,8 @@ AbovePositive = Annotated[
     _opt(
         "In a query->document row, a candidate that scores above the row's own positive and at or above this "
         "quantile of the data's own anchor-positive scores is likely (it answers the query as well as only the "
-        "best-answered pairs do); 0 turns this off.  \\[default: 0.9]",
+        "best-answered pairs do), e.g. 0.9; read by a person it held on forum questions and claims and half of the "
+        "time on broad relevance judgments (docs/quality.md).  \\[default: 0 (off)]",
         "Embeddings",
     ),
 ]

@@ -169,7 +169,8 @@ class EmbeddingConfig:
     cosine of the positive, in query→document rows only (the positive has at least ``margin_doc_ratio``
     times the anchor's words; 0 lets any row count). ``above_positive``: in a query→document row, a
     candidate that scores above the row's own positive and at or above this quantile of the data's own
-    anchor–positive scores is ``likely`` (0 turns it off).
+    anchor–positive scores is ``likely`` (0, the default, turns it off: read by a person, it was right on
+    forum questions and claims and about half of the time on CISI's broad relevance; docs/quality.md).
     ``pair_evidence`` (off by default): compare two rows through their four cross cosines (``pair`` evidence) against
     bars that ``calibration = "auto"`` derives from the data's own anchor–positive cosines (at
     ``calibration_quantile``, never under ``calibration_floor``; see ``contrast_audit.calibration``);
@@ -194,7 +195,7 @@ class EmbeddingConfig:
     absolute_margin: float | None = None
     relative_margin: float | None = 0.25
     margin_doc_ratio: float = 3.0
-    above_positive: float = 0.9
+    above_positive: float = 0.0
     pair_evidence: bool = False
     calibration: str = "auto"
     calibration_quantile: float = 0.9

@@ -148,7 +148,8 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
             "relative_margin": ("Margin rule sim(a, c) > sim(a, p) * (1 - margin).", None),
             "absolute_margin": ("Margin rule sim(a, c) > sim(a, p) - margin; replaces relative_margin.", 0.1),
             "above_positive": (
-                "Quantile of the data's own positive scores above which a candidate beating its row's positive is likely.",
+                "Quantile of the data's own positive scores above which a candidate beating its row's positive is likely "
+                "(e.g. 0.9); 0: off.",
                 None,
             ),
             "margin_doc_ratio": (

@@ -283,7 +283,9 @@ def test_a_candidate_above_its_positive_and_the_data_s_best_pairs_is_likely():
 
 def test_the_above_positive_rule_is_a_setting():
     margin = {d.name: d for d in default_detectors(build_config({}))}["margin"]
-    assert margin.inner.above_quantile == 0.9
+    assert margin.inner.above_quantile == 0.0  # off unless asked for
+    on = {d.name: d for d in default_detectors(build_config({"above_positive": 0.9}))}["margin"]
+    assert on.inner.above_quantile == 0.9
     with pytest.raises(ConfigError, match="above-positive"):
         build_config({"above_positive": 2})
 
