@@ -26,6 +26,7 @@ is held to), so a vetoed match can say which guard vetoed it and with what numbe
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -276,6 +277,12 @@ def word_order(a: list[str], b: list[str]) -> float:
     return 1.0 - (breaks + (lo > 0) + (hi < len(seq))) / (len(seq) - 1)
 
 
+def _word_difference(a: list[str], b: list[str]) -> int:
+    """How many words one text has that the other lacks, counted with repeats, both ways."""
+    ca, cb = Counter(a), Counter(b)
+    return sum(((ca - cb) + (cb - ca)).values())
+
+
 class OrderGuard(_PairwiseGuard):
     """Vetoes a match when every pair of short texts it rests on has its shared words in a
     different order (:func:`word_order` below ``threshold``): "the dog bit the man" is not a
@@ -293,17 +300,23 @@ class OrderGuard(_PairwiseGuard):
     name = "word-order"
     soft = True
 
+    # Words two texts may differ by and still count as one set of words moved about (PAWS-style swaps change
+    # a word or two beside the exchange: "the 33d Fighter Group ... with the 33d Tactical Group").
+    SWAP_SLACK = 2
+
     def spares(self, detector, pairs: Pairs) -> np.ndarray:
         """Which near-identical matches the guard leaves alone: all but those where every text compared is
-        the same words as the candidate in another order ("the dog bit the man" / "the man bit the dog":
-        exchanged roles, which a sentence vector scores near 1). A change of article, voice or wording
-        beside the move ("an onion is sliced by a woman" / "a woman slices the onion") is spared."""
+        the candidate's words (all but ``SWAP_SLACK``) in another order ("the dog bit the man" / "the man bit
+        the dog": exchanged roles, which a sentence vector scores near 1). A change of article, voice or
+        wording beside the move ("an onion is sliced by a woman" / "a woman slices the onion") is spared."""
         comparisons = self.comparisons(detector, pairs)
         words = self._fill(np.concatenate([np.r_[u, v] for u, v in comparisons]))
         out = np.zeros(len(pairs), dtype=bool)
         for u, v in comparisons:
             out |= np.fromiter(
-                (sorted(words[int(a)]) != sorted(words[int(b)]) for a, b in zip(u, v, strict=True)), bool, u.shape[0]
+                (_word_difference(words[int(a)], words[int(b)]) > self.SWAP_SLACK for a, b in zip(u, v, strict=True)),
+                bool,
+                u.shape[0],
             )
         return out
 

@@ -77,17 +77,19 @@ NEAR = {
     "In the kitchen an onion is being sliced by a woman": unit(1, 0.05, 0),
     "A woman is not slicing an onion in the kitchen": unit(1, 0.06, 0),
     "An onion is slicing a woman in the kitchen": unit(1, 0.07, 0),
+    "In the kitchen a woman was slicing an onion": unit(1, 0.08, 0),
 }
 NEAR_ROWS = [
     ("q0", "A woman is slicing an onion in the kitchen"),
     ("q1", "In the kitchen an onion is being sliced by a woman"),
     ("q2", "A woman is not slicing an onion in the kitchen"),
     ("q3", "An onion is slicing a woman in the kitchen"),
+    ("q4", "In the kitchen a woman was slicing an onion"),
 ]
 
 
 def near_detector(near_identical: float | None) -> tuple[Guarded, object]:
-    vectors = {**NEAR, "q0": unit(0, 0, 1), "q1": unit(0, 1, 0), "q2": unit(0, 0.5, 1), "q3": unit(0, 1, 1)}
+    vectors = {**NEAR, "q0": unit(0, 0, 1), "q1": unit(0, 1, 0), "q2": unit(0, 0.5, 1), "q3": unit(0, 1, 1), "q4": unit(1, 1, 1)}
     c = corpus_of(NEAR_ROWS)
     det = Guarded(
         EmbeddingDetector(FixedStore(vectors), 0.825),
@@ -100,10 +102,11 @@ def near_detector(near_identical: float | None) -> tuple[Guarded, object]:
 
 def test_a_near_identical_match_skips_the_word_order_guard_and_keeps_the_hard_guards():
     det, c = near_detector(0.97)
-    hits = det.detect(q2d_pairs(c, [0, 0, 0], [1, 2, 3]))
+    hits = det.detect(q2d_pairs(c, [0, 0, 0, 1], [1, 2, 3, 4]))
     # The passive voice and the moved phrase keep the meaning; the negated sentence and the exchanged roles
-    # (the same words in another order) do not.
-    assert hits.mask.tolist() == [True, False, False]
+    # (the same words in another order) do not. Against the passive, the active sentence with one word
+    # changed ("was" for "is being ... by") is more than a swap: spared.
+    assert hits.mask.tolist() == [True, False, False, True]
     assert hits.rules[int(hits.rule[0])] == Guarded.NEAR_IDENTICAL_RULE
     assert hits.guards[int(hits.vetoed[1])] == "negation"
     assert hits.guards[int(hits.vetoed[2])] == "word-order"
@@ -304,3 +307,18 @@ def test_the_above_positive_rule_reads_only_data_of_queries_and_documents():
     det.prepare(c)
     assert det.query_doc_row[0] and not det.query_doc_data
     assert not det.detect(q2d_pairs(c, [0, 0], [1, 2])).mask.any()
+
+
+def test_the_word_order_guard_still_reads_near_identical_swaps():
+    rows = [
+        ("q0", "while the fighter group was inactive it was merged with the tactical group"),
+        ("q1", "while the tactical group was inactive it was consolidated with the fighter group"),  # swap + 1 word
+        ("q2", "the fighter group, inactive at the time, joined the tactical group in a merger"),  # reworded
+    ]
+    c = corpus_of(rows)
+    guard = OrderGuard(0.85, 50)
+    guard.prepare(c)
+    det = EmbeddingDetector(FixedStore({t: unit(1, 0, 0) for row in rows for t in row}), 0.825)
+    det.prepare(c)
+    spared = guard.spares(det, q2d_pairs(c, [0, 0], [1, 2]))
+    assert spared.tolist() == [False, True]
