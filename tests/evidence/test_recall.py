@@ -89,7 +89,14 @@ NEAR_ROWS = [
 
 
 def near_detector(near_identical: float | None) -> tuple[Guarded, object]:
-    vectors = {**NEAR, "q0": unit(0, 0, 1), "q1": unit(0, 1, 0), "q2": unit(0, 0.5, 1), "q3": unit(0, 1, 1), "q4": unit(1, 1, 1)}
+    vectors = {
+        **NEAR,
+        "q0": unit(0, 0, 1),
+        "q1": unit(0, 1, 0),
+        "q2": unit(0, 0.5, 1),
+        "q3": unit(0, 1, 1),
+        "q4": unit(1, 1, 1),
+    }
     c = corpus_of(NEAR_ROWS)
     det = Guarded(
         EmbeddingDetector(FixedStore(vectors), 0.825),
