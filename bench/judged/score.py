@@ -66,11 +66,13 @@ def score_set(name: str, judged: dict[str, dict], args: argparse.Namespace) -> d
     rows = read_rows(pairs)
     extra = shlex.split(args.scan_args)
     findings: list[dict] = []
+    vetoes: list[tuple[str, str]] = []
     top: dict[int, list[str]] = {}
     for seed in args.seeds:
         command = scan_command(args.scan_cmd)
         report = run([*command, "scan", str(pairs), *plan_args(seed), *extra], args.work / name / f"score-{seed}.json")
         findings += findings_with_texts(report, rows)
+        vetoes += guard_vetoes(report, rows)
         if args.top_unflagged:
             negs = run(
                 [*command, "negatives", str(pairs), *plan_args(seed), "--top", "300", *extra],
@@ -78,7 +80,23 @@ def score_set(name: str, judged: dict[str, dict], args: argparse.Namespace) -> d
             )["negatives"]
             top[seed] = unreported_keys(negs, args.top_unflagged)
     out = tally(name, findings, judged, args.seeds)
+    out["vetoes"] = Counter()
+    for key, guard in set(vetoes):
+        if key in judged:
+            out["vetoes"][(guard, judged[key]["label"] == "EQUIVALENT")] += 1
     out["top"] = {seed: [judged[k]["label"] if k in judged else None for k in keys] for seed, keys in top.items()}
+    return out
+
+
+def guard_vetoes(report: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+    """(pair key, guard) for every guard that vetoed a semantic match of a pair the scan reports short of
+    likely: its ``vetoed`` pairs and its suspect findings' ``why_not``."""
+    pairs = [f for f in report["findings"] if f["severity"] == "suspect"] + [
+        {**v, "severity": None} for v in report.get("vetoed", [])
+    ]
+    out = []
+    for f in findings_with_texts({"findings": pairs}, rows):
+        out += [(f["key"], w["guard"]) for w in f.get("why_not") or [] if w.get("guard")]
     return out
 
 
@@ -175,6 +193,18 @@ def render(results: list[dict[str, Any]], command: str) -> str:
                 lines.append(
                     f"| {r['name']} | {seed} | {len(labels)} | {judged_n} | {sum(1 for x in labels if x == 'EQUIVALENT')} |"
                 )
+    vetoes: Counter = Counter()
+    for r in results:
+        vetoes.update(r.get("vetoes", Counter()))
+    if vetoes:
+        lines += [
+            "",
+            "| guard (its vetoes of judged pairs the scan leaves short of likely, all data) | judged | equivalent |",
+            "|---|---:|---:|",
+        ]
+        for guard in sorted({g for g, _ in vetoes}):
+            n = vetoes[(guard, True)] + vetoes[(guard, False)]
+            lines.append(f"| {guard} | {n} | {vetoes[(guard, True)]} |")
     rules: dict[str, Counter] = defaultdict(Counter)
     for r in results:
         for rule, c in r["by_rule"].items():
