@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,8 @@ from contrast_audit.overlap import (
     find_overlaps,
     load_eval,
     load_existing,
+    merge_overlaps,
+    repeat_targets,
     text_hashes,
     with_existing_rows,
 )
@@ -472,6 +475,8 @@ def audit(
     cfg = config or AuditConfig()
     baseline = read_baseline(cfg.baseline, SCHEMA_VERSION) if cfg.baseline else None  # fail early
     files = expand_paths(list(paths))
+    if cfg.since:
+        baseline = baseline_at(cfg.since, [str(f) for f in files], cfg)
     if detectors is not None:  # detectors of the caller's own are prepared on the whole corpus
         if cfg.engine in ("stream", "ray"):
             raise ConfigError(
@@ -496,6 +501,34 @@ def audit(
     except resources.MemoryRefused:
         pass  # the distinct texts do not fit after all; streamed below, once the failed attempt is gone
     return _streamed(paths, cfg, baseline, progress, config_file)
+
+
+def baseline_at(rev: str, files: list[str], cfg: AuditConfig) -> Baseline:
+    """``--since REV``: the baseline is the scanned files as they are at git revision ``rev`` (a file the
+    change adds has no rows there). Their rows' content hashes always; with reference data (``--against``,
+    ``--eval``), the same audit of them, so that the overlaps they already had stay in the baseline."""
+    import tempfile
+
+    from contrast_audit.baseline import OVERLAP_KEY, from_hex
+    from contrast_audit.io.git import files_at
+
+    with tempfile.TemporaryDirectory(prefix="contrast-audit-since-") as tmp:
+        base_files = files_at(rev, files, Path(tmp))
+        where = f"{rev} (git)"
+        no_keys = pl.DataFrame(schema={k: pl.String for k in OVERLAP_KEY})
+        if not base_files:
+            return Baseline(where, np.zeros(0, dtype=np.uint64), no_keys)
+        # The base's own bad rows are the base's: its good rows are what the new ones are measured against.
+        base_cfg = replace(cfg, since=None, baseline=None, on_bad_row="skip")
+        if cfg.reference.against or cfg.reference.eval:
+            result = audit(base_files, replace(base_cfg, plan=replace(cfg.plan, plan_file=None)))
+            keys = result.overlaps_table().select(OVERLAP_KEY).cast(pl.String).unique()
+            return Baseline(where, from_hex(result.row_hashes().to_list()), keys)
+        loaded = load_rows(base_files, cfg.mapping, "skip", cfg.normalise, cfg.delimiter)
+        corpus = build_corpus(loaded.rows, cfg.normalise)
+        tids = np.concatenate([corpus.anchor[:, None], corpus.positive[:, None], corpus.negatives], axis=1)
+        hashes = row_hashes(corpus.texts.get_column("norm"), tids, corpus.rows.get_column("group"))
+        return Baseline(where, from_hex(hashes.to_list()), no_keys)
 
 
 def _in_memory(
@@ -569,6 +602,8 @@ def _in_memory(
     cache_warnings = list(dict.fromkeys(w for s in stores.values() for w in getattr(s, "warnings", [])))
     plan_notes = plan_warnings(cfg, corpus.n_rows, plan, n_sets, judgement.candidates)
     result.warnings = [*loaded.warnings, *plan_notes, *cache_warnings]
+    store = next((d.store for d in active if getattr(d, "store", None) is not None), None)
+    parts = []
     if ref.against or ref.eval:
         targets = []
         if existing is not None:
@@ -576,9 +611,22 @@ def _in_memory(
         if ref.eval:
             files, texts = load_eval(ref.eval, ref.eval_columns or cfg.mapping, ref.eval_text, cfg.on_bad_row)
             targets.append(distinct_targets("eval", texts, cfg, files))
-        store = next((d.store for d in active if getattr(d, "store", None) is not None), None)
-        found = find_overlaps(corpus, is_new, targets, cfg, store=store, progress=progress)
-        result.overlaps, result.overlap_texts, result.overlap_info = found.overlaps, found.texts, found.info
+        parts.append(find_overlaps(corpus, is_new, targets, cfg, store=store, progress=progress))
+    repeats = None
+    if baseline is not None and ref.repeats:
+        # A new row that repeats an old row of the same data is an overlap with it, whatever the batches.
+        fresh = baseline.new_rows(result.row_hashes()) & is_new
+        old = ~fresh & is_new  # --with-existing reference rows are --against's
+        repeats = {"new_rows": int(fresh.sum()), "existing_rows": int(old.sum())}
+        if fresh.any() and old.any():
+            target = repeat_targets(loaded.rows, old, cfg, loaded.files)
+            parts.append(find_overlaps(corpus, fresh, [target], cfg, store=store, progress=progress))
+    if parts:
+        found = merge_overlaps(corpus.rows, parts)
+        result.overlaps, result.overlap_texts = found.overlaps, found.texts
+        result.overlap_info = dict(found.info) if ref.against or ref.eval else {}
+    if repeats is not None:
+        result.overlap_info["repeats"] = repeats
     if baseline is not None:
         mark_baseline(result, baseline)
     return result

@@ -502,6 +502,24 @@ WithExisting = Annotated[
         "--with-existing",
     ),
 ]
+Since = Annotated[
+    str | None,
+    _opt(
+        "A git revision (HEAD, origin/main, a sha): the baseline is the scanned files as they are there, so only what "
+        "the rows added since bring counts (a pre-commit hook: --since HEAD). Instead of --baseline.",
+        "Gate",
+    ),
+]
+Repeats = Annotated[
+    bool | None,
+    _opt(
+        "With --baseline, also check each new row's texts against the old rows of the scanned data: a repeat, exact "
+        "or near, of an existing row is an overlap naming that row's file and line, whatever the batches.  "
+        "\\[default: on]",
+        "Gate",
+        "--repeats/--no-repeats",
+    ),
+]
 IndexDir = Annotated[
     Path | None,
     _opt(
@@ -792,6 +810,8 @@ def scan(
     index: IndexDir = None,
     use_index: UseIndex = None,
     baseline: BaselineOpt = None,
+    since: Since = None,
+    repeats: Repeats = None,
 ) -> None:
     """Simulate the batch plan and report the false negatives each batch will contain."""
     from contrast_audit.api import AuditResult, audit
@@ -811,6 +831,8 @@ def scan(
         index=index,
         use_index=use_index,
         baseline=baseline,
+        since=since,
+        repeats=repeats,
     )
     cfg = build_config(settings)
     fmt = output_format_for(output, settings.get("format"), tuple(FORMATTERS))
@@ -818,6 +840,7 @@ def scan(
     expressions = [expressions] if isinstance(expressions, str) else list(expressions)
 
     conditions = parse(expressions, sorted(AuditResult.METRICS))  # before the scan: typos cost nothing
+    _check_reference_conditions(conditions, cfg, origin)
     if max_annotations < 0:
         raise ConfigError(f"--max-annotations must be >= 0, got {max_annotations}")
     extra = [_report_target(value, tuple(FORMATTERS)) for value in report or []]
@@ -845,6 +868,27 @@ def scan(
             err.print(f"gate {cond}: {verdict} (value {value:g})", markup=False)
     _github_outputs(result, gate, annotations.value, max_annotations)
     raise typer.Exit(EXIT_GATE_FAILED if not gate.passed else EXIT_OK)
+
+
+def _check_reference_conditions(conditions: list, cfg: Any, origin: str | None) -> None:
+    """A gate on leaks with no eval data, or on overlaps with nothing to overlap, would pass whatever the
+    data holds: exit 2 naming the condition (a settings change that drops the eval set cannot pass a leak)."""
+    from contrast_audit.errors import ConfigError
+
+    where = f" (fail-on in {origin})" if origin else ""
+    ref = cfg.reference
+    for c in conditions:
+        if c.metric == "leaks" and not ref.eval:
+            raise ConfigError(
+                f"--fail-on {c}{where} gates leaks of eval data, and no eval data is configured, so it would always pass",
+                fix="name the eval data with --eval PATH or eval = [...] in the settings file, or drop the leaks condition",
+            )
+        if c.metric == "overlaps" and not (ref.against or cfg.baseline or cfg.since):
+            raise ConfigError(
+                f"--fail-on {c}{where} gates overlaps with existing data, and none is given, so it would always pass",
+                fix="name existing data with --against PATH, or give --baseline REPORT.json or --since REV (new rows "
+                "are then checked against the old ones), or drop the overlaps condition",
+            )
 
 
 def _report_target(value: str, formats: tuple[str, ...]) -> tuple[str, str]:

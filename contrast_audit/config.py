@@ -264,6 +264,9 @@ class ReferenceConfig:
     ``with_existing``: plan the in-batch audit over new and existing rows together.
     ``eval_alignment``: the alignment guard's bar for matches with eval data (0, the default: not
     applied; a leak missed costs more than a false alarm), where existing data uses the scan's.
+    ``repeats``: with a baseline, each new row's texts are also checked against the old rows of the
+    scanned data themselves (a repeat, exact or near, of an existing row whatever the batches), reported
+    as ``existing`` overlaps naming the old row's file and line.
     """
 
     against: tuple[str, ...] = ()
@@ -275,6 +278,7 @@ class ReferenceConfig:
     use_index: bool = True
     with_existing: bool = False
     eval_alignment: float = 0.0
+    repeats: bool = True
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.eval_alignment <= 1.0:
@@ -298,6 +302,7 @@ class AuditConfig:
     on_bad_row: str = "skip-empty"
     reference: ReferenceConfig = field(default_factory=ReferenceConfig)
     baseline: str | None = None
+    since: str | None = None  # a git revision: the baseline is the scanned files as they are there
     max_memory: str = "auto"  # refuse input that would need more (contrast_audit.resources)
     engine: str = "auto"  # memory, stream, ray, or auto: memory when the input fits max_memory (contrast_audit.engine)
     ray_address: str | None = None  # the Ray cluster --engine ray joins; None: a local instance
@@ -306,6 +311,10 @@ class AuditConfig:
     def __post_init__(self) -> None:
         if self.on_bad_row not in ON_BAD_ROW:
             raise ConfigError(f"on_bad_row must be one of {', '.join(ON_BAD_ROW)}, got {self.on_bad_row!r}")
+        if self.baseline and self.since:
+            raise ConfigError(
+                "--baseline and --since both name a baseline", fix="pass one: a JSON report, or a git revision"
+            )
         if self.engine not in ENGINES:
             raise ConfigError(
                 f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}", fix="pass --engine auto"
@@ -410,7 +419,9 @@ _FILE_KEYS: dict[str, tuple[str | None, str]] = {
     "use_index": ("reference", "use_index"),
     "with_existing": ("reference", "with_existing"),
     "eval_alignment": ("reference", "eval_alignment"),
+    "repeats": ("reference", "repeats"),
     "baseline": (None, "baseline"),
+    "since": (None, "since"),
 }
 # Keys of the ``[tool.contrast-audit.against]`` / ``[tool.contrast-audit.eval]`` tables.
 _REFERENCE_TABLE_KEYS = ("paths", "anchor", "positive", "negatives", "negative", "id", "text")
@@ -454,7 +465,7 @@ SETTING_RULES: dict[str, tuple[str, float | None, float | None, bool]] = {
         ("str", None, None, False),
     ),
     **dict.fromkeys(("negative", "negatives", "directions", "fail_on", "against", "eval"), ("strs", None, None, False)),
-    **dict.fromkeys(("eval_text", "index", "baseline"), ("str", None, None, False)),
+    **dict.fromkeys(("eval_text", "index", "baseline", "since"), ("str", None, None, False)),
     # against_columns / eval_columns come from the [against] / [eval] tables, checked key by key where read
     **dict.fromkeys(("against_columns", "eval_columns"), ("table", None, None, False)),
     **dict.fromkeys(
@@ -467,6 +478,7 @@ SETTING_RULES: dict[str, tuple[str, float | None, float | None, bool]] = {
             "cache",
             "margin",
             "with_existing",
+            "repeats",
             "use_index",
             "pair",
             "pair_evidence",
@@ -674,6 +686,7 @@ def build_config(settings: dict[str, Any]) -> AuditConfig:
         if section is None and attr not in (
             "on_bad_row",
             "baseline",
+            "since",
             "max_memory",
             "engine",
             "ray_address",
@@ -704,6 +717,7 @@ def build_config(settings: dict[str, Any]) -> AuditConfig:
             **parts,
             on_bad_row=top.get("on_bad_row", "skip-empty"),
             baseline=top.get("baseline"),
+            since=top.get("since"),
             max_memory=top.get("max_memory", "auto"),
             engine=top.get("engine", "auto"),
             ray_address=top.get("ray_address"),

@@ -770,6 +770,44 @@ def find_overlaps(
     return OverlapResult(overlaps, texts, info)
 
 
+def merge_overlaps(rows: pl.DataFrame, parts: Sequence[OverlapResult]) -> OverlapResult:
+    """Overlaps found apart (reference data; repeats of the scanned data's own old rows) in one result, in
+    report order (new row, role, target kind, severity, score), each (new text, matched row text) once;
+    the first part's ``info``."""
+    info = parts[0].info if parts else {}
+    parts = [p for p in parts if p.overlaps.height]
+    if not parts:
+        return OverlapResult(pl.DataFrame(schema=OVERLAP_SCHEMA), _empty_texts(), info)
+    if len(parts) == 1:
+        return OverlapResult(parts[0].overlaps, parts[0].texts, info)
+    both = pl.concat([pl.concat([p.overlaps, p.texts], how="horizontal") for p in parts])
+    index = rows.select("file", pl.col("line").cast(pl.Int64), pl.int_range(pl.len(), dtype=pl.Int64).alias("_row"))
+    kind = {k: i for i, k in enumerate(TARGETS)}
+    role = pl.col("role")
+    merged = (
+        both.join(index.unique(["file", "line"], keep="first"), on=["file", "line"], how="left", maintain_order="left")
+        .with_columns(
+            pl.when(role == "anchor")
+            .then(-1)
+            .when(role == "positive")
+            .then(0)
+            .otherwise(role.str.extract(r"(\d+)$").cast(pl.Int64, strict=False))
+            .alias("_role"),
+            pl.col("target").replace_strict(kind, return_dtype=pl.Int64).alias("_k"),
+            pl.col("evidence").list.eval(pl.element().struct.field("score")).list.max().alias("_score"),
+        )
+        .unique(["_row", "role", "target", "target_file", "target_line", "target_role"], keep="first", maintain_order=True)
+        .sort(["_row", "_role", "_k", "severity", "_score"], descending=[False, False, False, False, True])
+    )
+    texts = list(_empty_texts().columns)
+    return OverlapResult(merged.select(list(OVERLAP_SCHEMA)), merged.select(texts), info)
+
+
+def repeat_targets(rows: pl.DataFrame, old: np.ndarray, cfg: AuditConfig, files: list[str]) -> Targets:
+    """The old rows of the scanned data (``old``) as reference data: what a new row may repeat."""
+    return distinct_targets("existing", row_occurrences(rows.filter(pl.Series(old))), cfg, files)
+
+
 def _empty_texts() -> pl.DataFrame:
     return pl.DataFrame(schema={k: pl.String for k in ("text", "target_text", "text_hash", "target_text_hash")})
 
@@ -783,6 +821,8 @@ __all__ = [
     "distinct_targets",
     "find_overlaps",
     "load_eval",
+    "merge_overlaps",
+    "repeat_targets",
     "load_existing",
     "neighbours",
     "row_occurrences",

@@ -198,6 +198,10 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
                 None,
             ),
             "with_existing": ("Plan the in-batch audit over new and existing rows together.", None),
+            "repeats": (
+                "With a baseline, report new rows that repeat (exactly or nearly) old rows of the scanned data.",
+                None,
+            ),
             "index": (
                 "Directory of the reference index (default: index/ under the cache directory).",
                 ".contrast-audit-index",

@@ -184,7 +184,9 @@ def test_findings_of_an_old_anchor_and_a_new_row_are_located_at_the_new_row(tmp_
     flipped = table.filter(pl.col("at_candidate")).row(0, named=True)
     assert (flipped["row_id"], flipped["other_id"], flipped["other_role"]) == ("30", "4", "anchor")
     lines = annotations(result, root=tmp_path)
-    assert len(lines) == 1 and ",line=31," in lines[0] and "This row has 3 more results" in lines[0]
+    # The copy is annotated once, as the repeat of line 5 it is; its in-batch findings are counted with it.
+    assert len(lines) == 1 and ",line=31," in lines[0] and "This row repeats line 5" in lines[0]
+    assert "This row has 5 more results" in lines[0] and "4 × in-batch false negative (certain)" in lines[0]
 
 
 def test_with_existing_rows_the_reference_rows_are_never_new(tmp_path: Path):

@@ -233,9 +233,11 @@ def test_workflow_shape():
     for action in ACTIONS:
         assert any(u.startswith(action) for u in uses), action
     assert flow["permissions"]["security-events"] == "write"
-    assert (flow.get("on") or flow.get(True))["pull_request"]["paths"] == ["data/**"]
+    # No path filter: a required check must report on every pull request.
+    assert not ((flow.get("on") or flow.get(True))["pull_request"] or {}).get("paths")
     gate = step("gate")["run"]
-    assert "git diff --name-only" in gate and "...HEAD" in gate and "--baseline" in gate
+    assert "git diff --name-only" in gate and "...HEAD" in gate and '--since "$BASE_SHA"' in gate
+    assert 'git worktree add --quiet --detach "$base" "$BASE_SHA"' in gate and 'cd "$base"' in gate
 
 
 def test_the_install_names_an_installable_pinned_git_requirement():
@@ -271,14 +273,13 @@ def test_an_append_of_clean_rows_passes(repo: Path, tmp_path: Path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert commands(done.stderr) == [] and commands(done.stdout) == []
     assert "Gate: passed" in runner.summary
-    baseline = json.loads((repo / "reports" / "baseline.json").read_text(encoding="utf-8"))
     report = json.loads((repo / "reports" / "contrast-audit.json").read_text(encoding="utf-8"))
-    assert len(baseline["input"]["row_hashes"]) == len(OLD_ROWS) and report["baseline"] is not None
-    # The old rows had findings, and the append moved the batches: pairs the base never had now meet.
-    before = {(f["anchor_id"], f["candidate_id"]) for f in baseline["findings"]}
-    after = {(f["anchor_id"], f["candidate_id"]) for f in report["findings"]}
-    assert before and after - before, "the case must re-plan batches with findings, or it tests nothing"
+    assert report["baseline"]["file"] == f"{base} (git)"
+    assert report["reference"]["repeats"] == {"new_rows": len(CLEAN), "existing_rows": len(OLD_ROWS)}
+    # The old rows had findings, and the append moved the batches: they meet in pairs, all in the baseline.
+    assert report["findings"], "the case must re-plan batches with findings, or it tests nothing"
     assert all(f["baseline"] for f in report["findings"]) and report["counts"]["findings"] == 0
+    assert report["overlaps"] == []
     assert not (tmp_path / "runner-temp" / "contrast-audit-base").exists()  # the worktree was removed
 
 
@@ -300,7 +301,7 @@ def test_an_append_of_duplicates_fails_naming_only_the_new_rows(repo: Path, tmp_
     assert len(train) == len(set(train))  # one annotation per row
     assert errors[0] == ("data/train.jsonl", 2 * len(OLD_ROWS) + 1, "contrast-audit: Evaluation data leak")
     assert ("data/extra.jsonl", 1, "contrast-audit: Mislabelled hard negative") in errors
-    assert any(title.startswith("contrast-audit: In-batch false negative") for _, _, title in errors)
+    assert any(title == "contrast-audit: Repeats existing training data" for _, _, title in errors)
 
     text = runner.summary
     assert "Gate: **FAILED**" in text and "| `leaks>0` | 1 | FAILED |" in text
@@ -321,6 +322,56 @@ def test_an_append_of_duplicates_fails_naming_only_the_new_rows(repo: Path, tmp_
 
 
 @pytest.mark.slow
+def test_repeats_of_existing_rows_fail_each_annotated_and_no_clean_row(repo: Path, tmp_path: Path):
+    base = git(repo, "rev-parse", "HEAD")
+    copies = [OLD_ROWS[0], OLD_ROWS[5]]  # exact copies (ids are row numbers: new ids)
+    swapped = [{"anchor": OLD_ROWS[3]["positive"], "positive": OLD_ROWS[3]["anchor"]}]
+    near = [{"anchor": OLD_ROWS[7]["anchor"] + "?", "positive": OLD_ROWS[7]["positive"] + "."}]  # a light edit
+    append(repo / "data" / "train.jsonl", [CLEAN[0], *copies, CLEAN[1], *swapped, *near, CLEAN[2]])
+    commit(repo, "append repeats")
+    runner = Runner(repo, base, tmp_path)
+    done = runner.run()
+    assert done.returncode == 1, done.stderr[-3000:]
+    annotated = {int(c[1]["line"]) for c in commands(done.stderr) if c[0] == "error"}
+    n = len(OLD_ROWS)
+    clean_lines, repeat_lines = {n + 1, n + 4, n + 7}, {n + 2, n + 3, n + 5, n + 6}
+    assert repeat_lines <= annotated and not clean_lines & annotated, (annotated, done.stderr[-2000:])
+    report = json.loads((repo / "reports" / "contrast-audit.json").read_text(encoding="utf-8"))
+    assert report["counts"]["overlaps"] >= len(repeat_lines)
+    assert {o["line"] for o in report["overlaps"]} == repeat_lines
+    assert all(o["target_file"].endswith("data/train.jsonl") and o["target_line"] <= n for o in report["overlaps"])
+    assert "| `overlaps>0` |" in runner.summary and "FAILED" in runner.summary
+
+
+@pytest.mark.slow
+def test_a_pull_request_cannot_switch_off_its_own_eval_gate(repo: Path, tmp_path: Path):
+    base = git(repo, "rev-parse", "HEAD")
+    (repo / "contrast-audit.toml").write_text("embeddings = false\nbatch-size = 4\neval = []\n", encoding="utf-8")
+    (repo / "eval" / "queries.jsonl").write_text("", encoding="utf-8")  # and the eval set emptied
+    append(repo / "data" / "train.jsonl", [CLEAN[0], LEAK])
+    commit(repo, "loosen the gate and leak")
+    runner = Runner(repo, base, tmp_path)
+    done = runner.run()
+    assert done.returncode == 1, done.stderr[-3000:]
+    errors = [c for c in commands(done.stderr) if c[0] == "error"]
+    assert [(c[1]["line"], c[1]["title"]) for c in errors] == [
+        (str(len(OLD_ROWS) + 2), "contrast-audit: Evaluation data leak")
+    ]
+    assert "| `leaks>0` | 1 | FAILED |" in runner.summary
+
+
+@pytest.mark.slow
+def test_a_settings_only_change_runs_the_check_and_passes(repo: Path, tmp_path: Path):
+    base = git(repo, "rev-parse", "HEAD")
+    (repo / "contrast-audit.toml").write_text("embeddings = false\nbatch-size = 8\n", encoding="utf-8")
+    commit(repo, "settings")
+    runner = Runner(repo, base, tmp_path)
+    done = runner.run()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "no training data files changed" in runner.summary
+
+
+@pytest.mark.slow
 def test_a_change_without_data_passes(repo: Path, tmp_path: Path):
     base = git(repo, "rev-parse", "HEAD")
     (repo / "README.md").write_text("docs only\n", encoding="utf-8")
@@ -328,26 +379,57 @@ def test_a_change_without_data_passes(repo: Path, tmp_path: Path):
     runner = Runner(repo, base, tmp_path)
     done = runner.run()
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "no data files changed" in runner.summary
+    assert "no training data files changed" in runner.summary
 
 
 def test_pre_commit_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     (hook,) = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))
     assert hook["id"] == "contrast-audit" and hook["entry"] == "contrast-audit scan"
     assert hook["require_serial"] is True
+    assert "--no-embeddings" in hook["args"] and hook["args"][hook["args"].index("--since") + 1] == "HEAD"
     pattern = re.compile(hook["files"])
     assert all(pattern.search(p) for p in ("data/a.jsonl", "b.csv", "c.tsv", "d.parquet", "e.ndjson"))
     assert not any(pattern.search(p) for p in ("README.md", "package.json", "x.jsonl.bak"))
-    # pre-commit runs `entry args... files...`
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "staged.jsonl").write_text(jsonl([*OLD_ROWS[:4], MISLABELLED]), encoding="utf-8")
+    # pre-commit runs `entry args... files...` in the repository, on the staged files.
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "ci@example.com")
+    git(repo, "config", "user.name", "CI")
+    monkeypatch.chdir(repo)
+    staged = repo / "staged.jsonl"
     argv = [*hook["entry"].split()[1:], *hook["args"], "staged.jsonl"]  # after the program name
     env = {"GITHUB_ACTIONS": "", "GITHUB_STEP_SUMMARY": ""}
-    done = CliRunner().invoke(app, argv, env=env)
-    assert done.exit_code == 1, done.output
-    (tmp_path / "staged.jsonl").write_text(jsonl([CLEAN[0], CLEAN[1]]), encoding="utf-8")
-    done = CliRunner().invoke(app, argv, env=env)
-    assert done.exit_code == 0, done.output
+
+    def hook_exit(rows: list[dict]) -> int:
+        staged.write_text(jsonl(rows), encoding="utf-8")
+        done = CliRunner().invoke(app, argv, env=env)
+        assert done.exit_code in (0, 1), done.output
+        return done.exit_code
+
+    clean = [{"id": f"c{i}", **row} for i, row in enumerate(CLEAN)]
+    # The first commit: nothing to compare with.
+    assert hook_exit(clean) == 0
+    commit(repo, "first")
+    old = [{"id": f"r{i}", **row} for i, row in enumerate(OLD_ROWS[:4])]
+    assert hook_exit([*clean, *old]) == 1  # in-batch certain findings between new rows
+    git(repo, "commit", "-q", "-am", "more")  # committed anyway: their findings are the base's now
+    assert hook_exit([*clean, *old]) == 0
+    assert hook_exit([*clean, *old, {"id": "again", **OLD_ROWS[0]}]) == 1  # an exact copy under a new id
+    swapped = {"id": "swapped", "anchor": CLEAN[2]["positive"], "positive": CLEAN[2]["anchor"]}
+    assert hook_exit([*clean, *old, swapped]) == 1  # the pair swapped
+    assert hook_exit([*clean, *old, {"id": "m", **MISLABELLED}]) == 1
+    assert hook_exit([*clean, *old, {"id": "new", "anchor": "a new question", "positive": "its own answer"}]) == 0
+
+
+def test_the_local_hook_runs_what_the_shipped_hook_runs():
+    (hook,) = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))
+    text = (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
+    configs = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(repos:.*?)```", text, re.S)]
+    local = next(h for config in configs for repo in config["repos"] if repo["repo"] == "local" for h in repo["hooks"])
+    remote = next(h for config in configs for repo in config["repos"] if repo["repo"] != "local" for h in repo["hooks"])
+    assert local["entry"].split()[2:] == [a.replace("'", "") for a in hook["args"]]
+    assert remote["args"] == hook["args"]
 
 
 def test_the_documented_pre_commit_config_pins_a_commit():

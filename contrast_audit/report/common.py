@@ -184,9 +184,10 @@ OVERLAP_TITLES = {"eval": "Leaks of eval data", "existing": "Repeats of existing
 
 
 def has_reference(result: AuditResult) -> bool:
-    """Whether the scan checked new rows against existing or eval data."""
+    """Whether the scan checked new rows against existing or eval data, or (with a baseline) against the
+    old rows of the scanned data."""
     ref = result.config.reference
-    return bool(ref.against or ref.eval)
+    return bool(ref.against or ref.eval) or "repeats" in result.overlap_info
 
 
 def top_overlaps(result: AuditResult, target: str, top: int) -> tuple[int, list[dict[str, Any]]]:

@@ -5,7 +5,7 @@ Annotations go to stderr: the runner reads workflow commands from both streams, 
 carry the report itself (``--format json`` must stay parseable). Only rows with results that count
 are annotated (not those in the baseline, not those masked by the manifest), one annotation per row,
 most important first:
-eval leaks, certain findings, mislabelled negatives, likely findings, overlaps with existing data,
+eval leaks, repeats of existing rows (overlaps), certain findings, mislabelled negatives, likely findings,
 suspects; at most ``max_annotations``, then one ``::notice::`` saying how many more there are.
 """
 

@@ -67,8 +67,9 @@ RULES: tuple[Rule, ...] = (
         "overlap-existing",
         "OverlapWithExistingData",
         "Repeats existing training data",
-        "A text of this new row repeats or paraphrases a row of the existing training data (--against).",
-        "warning",
+        "A text of this new row repeats or paraphrases a row of the existing training data (an old row of the "
+        "scanned data with --baseline or --since, or --against data).",
+        "error",
     ),
     Rule(
         "eval-leak",
@@ -80,13 +81,14 @@ RULES: tuple[Rule, ...] = (
 )
 RULE_INDEX = {rule.id: i for i, rule in enumerate(RULES)}
 RULE_BY_ID = {rule.id: rule for rule in RULES}
-# Which results come first when only some can be shown: leaks, then the surest findings.
+# Which results come first when only some can be shown: leaks, then repeats of old rows (a repeated row
+# also meets its original in batches; "repeats line 6" says it first), then the surest findings.
 PRIORITY = {
     "eval-leak": 0,
-    "false-negative-certain": 1,
-    "mislabelled-negative": 2,
-    "false-negative-likely": 3,
-    "overlap-existing": 4,
+    "overlap-existing": 1,
+    "false-negative-certain": 2,
+    "mislabelled-negative": 3,
+    "false-negative-likely": 4,
     "false-negative-suspect": 5,
 }
 

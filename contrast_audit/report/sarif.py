@@ -20,7 +20,7 @@ from urllib.parse import quote
 from contrast_audit._version import __version__
 from contrast_audit.api import AuditResult
 from contrast_audit.report.common import clip, evidence_text
-from contrast_audit.report.located import RULE_BY_ID, RULE_INDEX, RULES, display_path, has_lines, located, where
+from contrast_audit.report.located import RULE_BY_ID, RULE_INDEX, RULES, display_path, has_lines, located
 from contrast_audit.report.stream import placeholders, spliced
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -45,37 +45,55 @@ def _location(file: str | None, line: int | None, root: Path | None, message: st
     return out
 
 
+def _row(file: str | None, line: int | None, row_id: str | None, here: str | None = None, root: Path | None = None) -> str:
+    """A row as a reviewer names it: ``line 114`` of the annotated file, ``line 7 of eval/q.jsonl`` elsewhere,
+    ``row 3 of x.parquet`` in Parquet, with its id when the id is not just its row number."""
+    shown = display_path(file, root) or "?"
+    if line is None:
+        place = f"row {row_id} of {shown}"
+    else:
+        place = f"line {line}" if has_lines(file) else f"row {line}"
+        if file != here:
+            place += f" of {shown}"
+    if row_id is not None and line is not None and row_id not in (str(line - 1), str(line)):
+        place += f" (id {row_id})"
+    return place
+
+
 def message(r: dict[str, Any], root: Path | None = None) -> str:
-    """One sentence: what the row does wrong, with the texts and the evidence."""
+    """One sentence in a reviewer's words, about the row it is shown on: what it does wrong, with the texts,
+    the other row by line, and the evidence."""
     evidence = evidence_text(r["evidence"] or [])
     text = clip(r["text"] or "", TEXT_WIDTH)
-    other = where(r["other_file"], r["other_line"], root)
+    other_text = clip(r["other_text"] or "", TEXT_WIDTH)
+    other = _row(r["other_file"], r["other_line"], r["other_id"], r["file"], root)
     rule = r["rule"]
+    why = f"({r['severity']}; evidence: {evidence})"
     if rule.startswith("false-negative-") and r.get("at_candidate"):
         return (
-            f"Row {r['row_id']}: its {r['role']} “{text}” is an in-batch negative of the anchor "
-            f"“{clip(r['other_text'] or '', TEXT_WIDTH)}” (positive “{clip(r['positive_text'] or '', TEXT_WIDTH)}”) "
-            f"of row {r['other_id']} ({other}) in batch {r['batch']} ({r['direction']}), yet it is equivalent "
-            f"({r['severity']}); evidence: {evidence}."
+            f"This row's {r['role']} “{text}” shares batch {r['batch']} with the anchor “{other_text}” of {other}, "
+            f"whose loss pushes it away as a negative ({r['direction']}), yet it answers that anchor as its own "
+            f"positive “{clip(r['positive_text'] or '', TEXT_WIDTH)}” does {why}."
         )
     if rule.startswith("false-negative-"):
         return (
-            f"Row {r['row_id']}: anchor “{text}” (positive “{clip(r['positive_text'] or '', TEXT_WIDTH)}”) is "
-            f"pushed away from the {r['other_role']} “{clip(r['other_text'] or '', TEXT_WIDTH)}” of row "
-            f"{r['other_id']} ({other}) in batch {r['batch']} ({r['direction']}), yet it is equivalent "
-            f"({r['severity']}); evidence: {evidence}."
+            f"This row's anchor “{text}” is pushed away from the {r['other_role']} “{other_text}” of {other} in batch "
+            f"{r['batch']} ({r['direction']}), yet that text answers it as its own positive "
+            f"“{clip(r['positive_text'] or '', TEXT_WIDTH)}” does {why}."
         )
     if rule == "mislabelled-negative":
         return (
-            f"Row {r['row_id']}: hard negative {r['role']} “{text}” is equivalent ({r['severity']}) to the row's own "
-            f"positive “{clip(r['other_text'] or '', TEXT_WIDTH)}” or its anchor; evidence: {evidence}."
+            f"This row's hard negative ({r['role']}) “{text}” is its own positive “{other_text}” or anchor again: "
+            f"a negative that is a positive {why}."
         )
-    target = "eval row" if rule == "eval-leak" else "existing row"
-    matched = f" “{clip(r['other_text'], TEXT_WIDTH)}”" if r["other_text"] else ""
-    return (
-        f"Row {r['row_id']}: the {r['role']} “{text}” matches the {r['other_role'] or 'text'} of {target} "
-        f"{r['other_id']} ({other}){matched} ({r['severity']}); evidence: {evidence}."
-    )
+    matched = f" “{other_text}”" if r["other_text"] else ""
+    if rule == "eval-leak":
+        return (
+            f"This row's {r['role']} “{text}” copies the {r['other_role'] or 'text'}{matched} of eval {other}: "
+            f"train/eval contamination {why}."
+        )
+    kind = "repeats" if r["severity"] == "certain" else "nearly repeats"
+    return f"This row {kind} {other}: its {r['role']} “{text}” is the {r['other_role'] or 'text'}{matched} there {why}."
 
 
 def _fingerprint(r: dict[str, Any]) -> str:
