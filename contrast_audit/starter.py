@@ -211,6 +211,10 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
                 "A JSON report of an earlier scan: what it holds is not counted by the gate.",
                 "baseline.json",
             ),
+            "since": (
+                "A git revision: the baseline is the scanned files as they are there (instead of baseline).",
+                "origin/main",
+            ),
         },
     ),
     (
@@ -262,6 +266,7 @@ _TOP_LEVEL_DEFAULTS = {
     "clusters": None,
     "weight": None,
     "baseline": None,
+    "since": None,
 }
 
 
