@@ -854,12 +854,12 @@ def scan(
         with progress_bars(not quiet and sys.stderr.isatty()) as progress:
             result = audit(data, cfg, progress=progress, config_file=origin)
         _warn(result.warnings)
+        gate = evaluate(conditions, result.metrics())  # before the reports: the HTML report opens with it
         color = fmt == "text" and output is None and sys.stdout.isatty()
-        _emit(pieces(fmt, result, top=top, color=color), target)
+        _emit(pieces(fmt, result, top=top, color=color, gate=gate), target)
         for name, extra_target in extra_targets:
-            _emit(pieces(name, result, top=top, color=False), extra_target)
+            _emit(pieces(name, result, top=top, color=False, gate=gate), extra_target)
 
-    gate = evaluate(conditions, result.metrics())
     if not quiet:
         err = _stderr()
         err.print(summary_line(result), markup=False)

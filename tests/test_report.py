@@ -96,6 +96,12 @@ def test_text_and_markdown_reports_show_texts_side_by_side(pairs_file):
     assert md.exit_code == 0
     assert "| false negatives | 2 |" in md.stdout
     assert md.stderr == ""
+    # Rows are named by file:line, with the id beside it only where it is not the row's number.
+    assert f"(`{path}:1` id `a`)" in md.stdout or f"(`{path}:2` id `b`)" in md.stdout
+    unnamed = pairs_file([{k: v for k, v in r.items() if k != "id"} for r in ROWS])
+    md = scan(str(unnamed), "--batch-size", "8", "--format", "markdown", "-q")
+    assert f"(`{unnamed}:1`)" in md.stdout or f"(`{unnamed}:2`)" in md.stdout
+    assert "` id `" not in md.stdout
 
 
 def test_gate_reads_the_same_numbers(pairs_file):

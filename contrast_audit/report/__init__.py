@@ -34,7 +34,7 @@ def summary_line(result: AuditResult) -> str:
     ref = result.config.reference
     extra = (
         f", {c['overlaps']} overlaps with existing data, {c['leaks']} leaks of eval data"
-        if ref.against or ref.eval
+        if ref.against or ref.eval or "repeats" in result.overlap_info
         else ""
     )
     scope, compared = "", "compared"

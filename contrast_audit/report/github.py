@@ -30,6 +30,7 @@ from contrast_audit.report.located import (
     has_lines,
     located,
     new_only,
+    row_name,
     where,
 )
 from contrast_audit.report.sarif import message
@@ -130,8 +131,9 @@ def _cell(text: str | None, width: int = 120) -> str:
 
 
 def step_summary(result: AuditResult, gate: GateResult | None = None, *, top: int = 10) -> str:
-    """The markdown summary for ``$GITHUB_STEP_SUMMARY``: the gate verdict with its conditions,
-    counts (new vs baseline), and the top new leaks and findings with their texts."""
+    """The markdown summary for ``$GITHUB_STEP_SUMMARY``: the gate verdict with its conditions, then the
+    new repeats, leaks and findings with their texts, each row named by ``file:line``, then the counts
+    (new vs baseline) of the kinds that occur."""
     table = located(result)
     per_rule = counts(table)
     c = result.counts()
@@ -145,33 +147,22 @@ def step_summary(result: AuditResult, gate: GateResult | None = None, *, top: in
         out.append("")
     else:
         out += ["Gate: no `--fail-on` conditions (the scan reports only).", ""]
-    out += [
-        f"{plural(c['rows'], 'row')}, {plural(c['batches'], 'batch', 'batches')}, "
-        f"{plural(c['candidates'], 'candidate')} {'with a new row ' if result.baseline_file else ''}compared; "
-        f"false-negative rate {c['fn_rate']:.4%}.",
-        "",
-        *([f"Baseline `{result.baseline_file}`: {SCOPE}.", ""] if result.baseline_file is not None else []),
-        "| result | new | baseline | masked | total |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for rule in RULES:
-        n = per_rule[rule.id]
-        out.append(f"| {rule.title} | {n['new']} | {n['baseline']} | {n['masked']} | {n['total']} |")
-    out.append("")
     fresh = new_only(table)
     fresh = fresh.unique(["rule", "file", "line", "role", "other_file", "other_id", "other_role"], keep="first").sort(
         ["priority", "file", "line", "row_id", "other_id"], nulls_last=True, maintain_order=True
     )
     leaks = fresh.filter(pl.col("rule").is_in(["eval-leak", "overlap-existing"]))
     if leaks.height:
-        out += _table_head("New overlaps", top, leaks.height, ("kind", "row", "text", "matches", "evidence"))
+        out += _table_head("New repeats and leaks", top, leaks.height, ("kind", "row", "text", "repeats", "evidence"))
         for r in leaks.head(top).iter_rows(named=True):
-            target = f"{_cell(r['other_id'])} ({_cell(where(r['other_file'], r['other_line']))})"
+            target = _cell(row_name(r["other_file"], r["other_line"], r["other_id"], r["file"]))
+            if r["other_role"]:
+                target += f" ({r['other_role']})"
             if r["other_text"]:
                 target += f": {_cell(r['other_text'])}"
             out.append(
-                f"| {RULE_BY_ID[r['rule']].title} | `{_cell(r['row_id'])}` ({_cell(where(r['file'], r['line']))}) "
-                f"{r['role']} | {_cell(r['text'])} | {target} | {evidence_text(r['evidence'] or [])} |"
+                f"| {RULE_BY_ID[r['rule']].title} | {_cell(where(r['file'], r['line']))} ({r['role']}) | "
+                f"{_cell(r['text'])} | {target} | {evidence_text(r['evidence'] or [])} |"
             )
         out.append("")
     findings = fresh.filter(~pl.col("rule").is_in(["eval-leak", "overlap-existing"]))
@@ -180,16 +171,32 @@ def step_summary(result: AuditResult, gate: GateResult | None = None, *, top: in
         out += _table_head("New findings", top, findings.height, columns)
         for r in findings.head(top).iter_rows(named=True):
             if r["rule"] == "mislabelled-negative":  # the row's own hard negative against its positive
-                positive, negative, of = r["other_text"], r["text"], (r["row_id"], r["role"])
+                positive, negative, of = r["other_text"], r["text"], f"this row's {r['role']}"
             elif r["at_candidate"]:  # a new row, the negative of an old anchor row
-                positive, negative, of = r["positive_text"], r["text"], (r["row_id"], r["role"])
+                positive, negative, of = r["positive_text"], r["text"], f"this row's {r['role']}"
             else:
-                positive, negative, of = r["positive_text"], r["other_text"], (r["other_id"], r["other_role"])
+                other = row_name(r["other_file"], r["other_line"], r["other_id"], r["file"])
+                positive, negative, of = r["positive_text"], r["other_text"], f"{other}, {r['other_role']}"
             out.append(
-                f"| {RULE_BY_ID[r['rule']].title} | `{_cell(r['row_id'])}` ({_cell(where(r['file'], r['line']))}) | "
-                f"{_cell(positive)} | {_cell(negative)} (`{_cell(of[0])}` {of[1]}) | "
-                f"{evidence_text(r['evidence'] or [])} |"
+                f"| {RULE_BY_ID[r['rule']].title} | {_cell(where(r['file'], r['line']))} | "
+                f"{_cell(positive)} | {_cell(negative)} ({_cell(of)}) | {evidence_text(r['evidence'] or [])} |"
             )
+        out.append("")
+    if not leaks.height and not findings.height:
+        out += ["Nothing new counts.", ""]
+    out += [
+        f"{plural(c['rows'], 'row')}, {plural(c['batches'], 'batch', 'batches')}, "
+        f"{plural(c['candidates'], 'candidate')} {'with a new row ' if result.baseline_file else ''}compared; "
+        f"false-negative rate {c['fn_rate']:.4%}.",
+        "",
+        *([f"Baseline `{result.baseline_file}`: {SCOPE}.", ""] if result.baseline_file is not None else []),
+    ]
+    occurring = [rule for rule in RULES if per_rule[rule.id]["total"]]
+    if occurring:
+        out += ["| result | new | baseline | masked | total |", "|---|---:|---:|---:|---:|"]
+        for rule in occurring:
+            n = per_rule[rule.id]
+            out.append(f"| {rule.title} | {n['new']} | {n['baseline']} | {n['masked']} | {n['total']} |")
         out.append("")
     return "\n".join(out) + "\n"
 

@@ -34,6 +34,7 @@ STYLE = """
 :root { color-scheme: light dark; --line: #8884; --muted: #888; }
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2rem auto; max-width: 90rem; padding: 0 1rem; }
 h1 { font-size: 1.4rem; margin-bottom: .2rem; } h2 { font-size: 1.1rem; margin-top: 2rem; }
+.verdict { font-size: 1.15rem; margin: .4rem 0; } .failed { color: #c22; }
 p.summary { font-size: 1rem; }
 dl { display: grid; grid-template-columns: max-content 1fr; gap: .1rem 1rem; }
 dt { color: var(--muted); } dd { margin: 0; }
@@ -117,7 +118,19 @@ def _plots(result: AuditResult) -> list[str]:
     return out
 
 
-def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
+def _verdict(gate: Any) -> list[str]:
+    """The gate's verdict and its conditions, when the scan ran one."""
+    if gate is None or not gate.checked:
+        return []
+    rows = [
+        (f"<code>{escape(str(cond))}</code>", f"{value:g}", "FAILED" if (cond, value) in gate.failed else "passed")
+        for cond, value in gate.checked
+    ]
+    verdict = '<strong class="failed">FAILED</strong>' if not gate.passed else "passed"
+    return [f'<p class="verdict">Gate: {verdict}</p>', _table(["condition", "value", "result"], rows, numeric=[1])]
+
+
+def render(result: AuditResult, *, top: int = 20, gate: Any = None, **_: object) -> str:
     from contrast_audit.report import summary_line  # the stderr sentence, as the page's headline
 
     c = result.counts()
@@ -140,7 +153,11 @@ def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
         "<title>contrast-audit scan</title>",
         f"<style>\n{STYLE}\n</style></head><body>",
         "<h1>contrast-audit scan</h1>",
+        *_verdict(gate),
         f'<p class="summary">{_safe(summary_line(result).removeprefix("contrast-audit: "))}</p>',
+    ]
+    head, out = out, []
+    out += [
         "<dl>" + "".join(f"<dt>{escape(k)}</dt><dd>{_safe(v)}</dd>" for k, v in about) + "</dl>",
         "<h2>Summary</h2>",
         _table(
@@ -189,6 +206,33 @@ def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
                 numeric=range(1, 9),
             )
         )
+    results: list[str] = []
+    for target in ("eval", "existing"):
+        total, overlaps = top_overlaps(result, target, top)
+        if not total:
+            continue
+        counted = c["leaks" if target == "eval" else "overlaps"]
+        results.append(
+            f"<h2>{escape(OVERLAP_TITLES[target])} ({len(overlaps)} of {total}: {counted} new, "
+            f"{total - counted} in the baseline)</h2>"
+        )
+        results.append(
+            _table(
+                ["severity", "new row", "text", "matched row", "matched text", "evidence"],
+                [
+                    (
+                        _severity(r["severity"], r["baseline"]),
+                        _safe(location(r["file"], r["line"])) + _id(r["row_id"], r["role"]),
+                        _text(r["text"] or ""),
+                        _safe(location(r["target_file"], r["target_line"])) + _id(r["target_id"], r["target_role"]),
+                        _text(r["target_text"] or ""),
+                        escape(evidence_text(r["evidence"])),
+                    )
+                    for r in overlaps
+                ],
+                cls="texts",
+            )
+        )
     in_baseline = c["in_baseline"]["findings"]
     if c["findings"] or in_baseline:
         shown = top_findings(result, top, with_baseline=True)
@@ -200,8 +244,8 @@ def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
                 f"Top {shown.height} findings: {c['findings']} new since the baseline first, "
                 f"then {in_baseline} in the baseline (marked, not counted)"
             )
-        out.append(f"<h2>{escape(title)}</h2>")
-        out.append(
+        results.append(f"<h2>{escape(title)}</h2>")
+        results.append(
             _table(
                 ["severity", "batch", "anchor", "its positive", "alleged negative", "evidence"],
                 [
@@ -224,8 +268,8 @@ def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
         )
     if c["mislabelled_negatives"]:
         shown = mislabelled_rows(result, top)
-        out.append(f"<h2>Mislabelled hard negatives ({len(shown)} of {c['mislabelled_negatives']})</h2>")
-        out.append(
+        results.append(f"<h2>Mislabelled hard negatives ({len(shown)} of {c['mislabelled_negatives']})</h2>")
+        results.append(
             _table(
                 ["severity", "row", "anchor", "positive", "hard negative", "evidence"],
                 [
@@ -238,32 +282,6 @@ def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
                         escape(evidence_text(r["evidence"])),
                     )
                     for r in shown
-                ],
-                cls="texts",
-            )
-        )
-    for target in ("eval", "existing"):
-        total, overlaps = top_overlaps(result, target, top)
-        if not total:
-            continue
-        counted = c["leaks" if target == "eval" else "overlaps"]
-        out.append(
-            f"<h2>{escape(OVERLAP_TITLES[target])} ({len(overlaps)} of {total}: {counted} new, "
-            f"{total - counted} in the baseline)</h2>"
-        )
-        out.append(
-            _table(
-                ["severity", "new row", "text", "matched row", "matched text", "evidence"],
-                [
-                    (
-                        _severity(r["severity"], r["baseline"]),
-                        _safe(location(r["file"], r["line"])) + _id(r["row_id"], r["role"]),
-                        _text(r["text"] or ""),
-                        _safe(location(r["target_file"], r["target_line"])) + _id(r["target_id"], r["target_role"]),
-                        _text(r["target_text"] or ""),
-                        escape(evidence_text(r["evidence"])),
-                    )
-                    for r in overlaps
                 ],
                 cls="texts",
             )
@@ -285,4 +303,5 @@ def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
         )
     out.append(f"<footer>contrast-audit {escape(__version__)} · the JSON report has every finding</footer>")
     out.append("</body></html>")
-    return "\n".join(out) + "\n"
+    # The verdict and what counts first; the counts, plots, breakdowns and settings after them.
+    return "\n".join([*head, *results, *out]) + "\n"

@@ -336,7 +336,25 @@ def where(file: str | None, line: int | None, root: Path | None = None) -> str:
     return f"{path}:{line}" if has_lines(file) else f"{path}: row {line}"
 
 
+def row_name(
+    file: str | None, line: int | None, row_id: str | None, here: str | None = None, root: Path | None = None
+) -> str:
+    """A row as a reviewer names it: ``line 114`` of the annotated file, ``line 7 of eval/q.jsonl`` elsewhere,
+    ``row 3 of x.parquet`` in Parquet, with its id when the id is not just its row number."""
+    shown = display_path(file, root) or "?"
+    if line is None:
+        place = f"row {row_id} of {shown}"
+    else:
+        place = f"line {line}" if has_lines(file) else f"row {line}"
+        if file != here:
+            place += f" of {shown}"
+    if row_id is not None and line is not None and row_id not in (str(line - 1), str(line)):
+        place += f" (id {row_id})"
+    return place
+
+
 __all__ = [
+    "row_name",
     "RULES",
     "RULE_BY_ID",
     "RULE_INDEX",

@@ -11,6 +11,7 @@ from contrast_audit.report.common import (
     embedding_line,
     evidence_text,
     has_reference,
+    locations,
     mapping_lines,
     top_findings,
     top_overlaps,
@@ -19,6 +20,12 @@ from contrast_audit.report.common import (
 
 def _cell(text: str) -> str:
     return clip(text, 80).replace("|", "\\|")
+
+
+def _place(at: str, row_id: str) -> str:
+    """A row by ``file:line``, with its id where the id is not its row number."""
+    line = at.rsplit(":", 1)[-1]
+    return f"`{at}`" if not line.isdecimal() or row_id in (str(int(line) - 1), line) else f"`{at}` id `{row_id}`"
 
 
 def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
@@ -79,10 +86,13 @@ def render(result: AuditResult, *, top: int = 20, **_: object) -> str:
             "| severity | batch | anchor | alleged negative | evidence |",
             "|---|---:|---|---|---|",
         ]
+        anchors_at = locations(result, shown.get_column("anchor_row").to_numpy())
+        candidates_at = locations(result, shown.get_column("cand_row").to_numpy())
         out += [
-            f"| {r['severity']} | {r['batch']} | {_cell(r['anchor_text'])} (`{r['anchor_id']}`) | "
-            f"{_cell(r['candidate_text'])} (`{r['candidate_id']}` {r['candidate_role']}) | {evidence_text(r['evidence'])} |"
-            for r in shown.iter_rows(named=True)
+            f"| {r['severity']} | {r['batch']} | {_cell(r['anchor_text'])} ({_place(anchor_at, r['anchor_id'])}) | "
+            f"{_cell(r['candidate_text'])} ({_place(cand_at, r['candidate_id'])} {r['candidate_role']}) | "
+            f"{evidence_text(r['evidence'])} |"
+            for r, anchor_at, cand_at in zip(shown.iter_rows(named=True), anchors_at, candidates_at, strict=True)
         ]
         out.append("")
     for target in ("eval", "existing"):

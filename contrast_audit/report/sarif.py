@@ -20,7 +20,7 @@ from urllib.parse import quote
 from contrast_audit._version import __version__
 from contrast_audit.api import AuditResult
 from contrast_audit.report.common import clip, evidence_text
-from contrast_audit.report.located import RULE_BY_ID, RULE_INDEX, RULES, display_path, has_lines, located
+from contrast_audit.report.located import RULE_BY_ID, RULE_INDEX, RULES, display_path, has_lines, located, row_name
 from contrast_audit.report.stream import placeholders, spliced
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -45,28 +45,13 @@ def _location(file: str | None, line: int | None, root: Path | None, message: st
     return out
 
 
-def _row(file: str | None, line: int | None, row_id: str | None, here: str | None = None, root: Path | None = None) -> str:
-    """A row as a reviewer names it: ``line 114`` of the annotated file, ``line 7 of eval/q.jsonl`` elsewhere,
-    ``row 3 of x.parquet`` in Parquet, with its id when the id is not just its row number."""
-    shown = display_path(file, root) or "?"
-    if line is None:
-        place = f"row {row_id} of {shown}"
-    else:
-        place = f"line {line}" if has_lines(file) else f"row {line}"
-        if file != here:
-            place += f" of {shown}"
-    if row_id is not None and line is not None and row_id not in (str(line - 1), str(line)):
-        place += f" (id {row_id})"
-    return place
-
-
 def message(r: dict[str, Any], root: Path | None = None) -> str:
     """One sentence in a reviewer's words, about the row it is shown on: what it does wrong, with the texts,
     the other row by line, and the evidence."""
     evidence = evidence_text(r["evidence"] or [])
     text = clip(r["text"] or "", TEXT_WIDTH)
     other_text = clip(r["other_text"] or "", TEXT_WIDTH)
-    other = _row(r["other_file"], r["other_line"], r["other_id"], r["file"], root)
+    other = row_name(r["other_file"], r["other_line"], r["other_id"], r["file"], root)
     rule = r["rule"]
     why = f"({r['severity']}; evidence: {evidence})"
     if rule.startswith("false-negative-") and r.get("at_candidate"):

@@ -47,7 +47,7 @@ def report_width(terminal: bool) -> int:
     return max(60, columns)
 
 
-def render(result: AuditResult, *, top: int = 20, color: bool = False, width: int | None = None) -> str:
+def render(result: AuditResult, *, top: int = 20, color: bool = False, width: int | None = None, **_: object) -> str:
     buffer = io.StringIO()
     width = width or report_width(terminal=color)
     console = Console(file=buffer, force_terminal=color, no_color=not color, width=width, highlight=False)

@@ -143,8 +143,12 @@ def test_step_summary_reports_gate_and_new_results(data: Path):
     assert "| In-batch false negative (certain) | 1 | 1 | 0 | 2 |" in text
     assert "| Evaluation data leak | 1 | 0 | 0 | 1 |" in text
     assert "| Repeats existing training data | 0 | 1 | 0 | 1 |" in text
-    assert "### New overlaps (1 of 1)" in text and "what is 100% uptime, really?" in text
+    assert "### New repeats and leaks (1 of 1)" in text and "what is 100% uptime, really?" in text
     assert "### New findings (2 of 2)" in text  # one finding and the mislabelled negative
+    # The verdict first, then what counts, then the counts.
+    assert text.index("Gate:") < text.index("### New repeats") < text.index("### New findings")
+    assert text.index("### New findings") < text.index("| result | new | baseline |")
+    assert "| Mislabelled hard negative |" in text and "| In-batch false negative (suspect) |" not in text  # no zero rows
     assert "Gate: no `--fail-on`" in step_summary(lexical_result(data), None)
 
 

@@ -136,3 +136,20 @@ def test_html_has_overlap_tables_locations_and_marks_the_baseline(data: Path):
     mislabelled = page.split("<h2>Mislabelled hard negatives")[1].split("</table>")[0]
     assert f"{data}:4" in mislabelled
     assert "at least 0 times" not in page
+
+
+def test_html_opens_with_the_verdict_and_what_counts(data: Path):
+    from ci_support import flag
+
+    from contrast_audit.gate import evaluate, parse
+
+    result = flag(full_result(data), findings={"baseline": [True, False]})
+    metrics = result.metrics()
+    gate = evaluate(parse(["findings>0"], sorted(metrics)), metrics)
+    page = render(result, gate=gate)
+    verdict = page.index('<p class="verdict">Gate: <strong class="failed">FAILED</strong></p>')
+    leaks = page.index("<h2>Leaks of eval data")
+    findings = page.index("<h2>Top ")
+    assert verdict < leaks < findings < page.index("<h2>Summary</h2>") < page.index("<h2>Findings by evidence</h2>")
+    assert "<code>findings&gt;0</code>" in page
+    assert '<p class="verdict">' not in render(result)  # no gate: no verdict
