@@ -8,10 +8,15 @@ export TRANSFORMERS_OFFLINE := 1
 
 .PHONY: demo test test-browser lint format clean sample-data
 
+# PIP_EXTRA: more pip options, e.g. PIP_EXTRA="--extra-index-url https://download.pytorch.org/whl/cpu" for
+# torch's CPU build on Linux, where the default index serves the CUDA build (README, "Installing").
+PIP_EXTRA ?=
+
 $(STAMP): pyproject.toml constraints.txt
+	@echo "Building $(VENV): contrast-audit, sentence-transformers and torch (about 2.5 GB on disk; pip lists each package)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install --progress-bar off $(PIP_EXTRA) -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -41,3 +41,20 @@ def test_readme_quickstart_is_two_commands_and_names_the_browser_target():
     commands = [line.split("#")[0].strip() for line in block.group(1).splitlines() if line.strip()]
     assert commands == ["make demo", "make test"]
     assert "make test-browser" in readme
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_the_build_shows_its_packages_and_takes_an_index_for_torch_s_cpu_build():
+    done = subprocess.run(
+        ["make", "-n", "-B", "demo", "PIP_EXTRA=--extra-index-url https://download.pytorch.org/whl/cpu"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    install = next(line for line in done.stdout.splitlines() if "-e '.[dev]'" in line)
+    assert "--quiet" not in install  # pip lists each package: a long first build shows progress
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in install and "-c constraints.txt" in install
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert 'PIP_EXTRA="--extra-index-url https://download.pytorch.org/whl/cpu"' in readme and "2.5 GB" in readme
