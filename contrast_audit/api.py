@@ -29,6 +29,7 @@ from contrast_audit.overlap import (
     OVERLAP_TEXTS,
     distinct_targets,
     empty_overlaps,
+    exact_repeats,
     find_overlaps,
     load_eval,
     load_existing,
@@ -654,6 +655,16 @@ def _streamed(
     result._row_hashes = s.row_hashes
     plan_notes = plan_warnings(cfg, s.corpus.n_rows, s.plan, n_sets, s.judgement.candidates)
     result.warnings = [*s.loaded.warnings, *plan_notes]
+    if baseline is not None and cfg.reference.repeats:
+        # Texts stay on disk: repeats of old rows by text id, exact ones (near ones need the in-memory engine).
+        fresh = baseline.new_rows(result.row_hashes())
+        found = exact_repeats(s.corpus, fresh, ~fresh)
+        result.overlaps, result.overlap_texts = found.overlaps, found.texts
+        result.overlap_info = {"repeats": {"new_rows": int(fresh.sum()), "existing_rows": int((~fresh).sum())}}
+        result.warnings.append(
+            f"the {cfg.engine if cfg.engine != 'auto' else 'stream'} engine checks new rows for exact repeats of old "
+            "rows only; near repeats need the in-memory engine (--engine memory, with --max-memory to allow it)"
+        )
     if baseline is not None:
         mark_baseline(result, baseline)
     return result
@@ -677,6 +688,7 @@ def mark_baseline(result: AuditResult, baseline: Baseline) -> None:
     )
     j.mislabelled = j.mislabelled.with_columns((~keep.gather(j.mislabelled.get_column("anchor_row"))).alias("baseline"))
     o = result.overlaps
+    rows = rows.with_columns(pl.col("file").cast(pl.String))  # categorical in a streamed corpus
     at = overlap_rows(rows, o)
     row_new = np.where(at >= 0, fresh[np.maximum(at, 0)], True) if fresh.size else np.ones(o.height, bool)
     flags = baseline.mark_overlaps(result.overlaps_table(), row_new, scanned_targets(rows, o))

@@ -796,7 +796,9 @@ def merge_overlaps(rows: pl.DataFrame, parts: Sequence[OverlapResult]) -> Overla
             pl.col("target").replace_strict(kind, return_dtype=pl.Int64).alias("_k"),
             pl.col("evidence").list.eval(pl.element().struct.field("score")).list.max().alias("_score"),
         )
-        .unique(["_row", "role", "target", "target_file", "target_line", "target_role"], keep="first", maintain_order=True)
+        .unique(
+            ["_row", "role", "target", "target_file", "target_line", "target_role"], keep="first", maintain_order=True
+        )
         .sort(["_row", "_role", "_k", "severity", "_score"], descending=[False, False, False, False, True])
     )
     texts = list(_empty_texts().columns)
@@ -806,6 +808,48 @@ def merge_overlaps(rows: pl.DataFrame, parts: Sequence[OverlapResult]) -> Overla
 def repeat_targets(rows: pl.DataFrame, old: np.ndarray, cfg: AuditConfig, files: list[str]) -> Targets:
     """The old rows of the scanned data (``old``) as reference data: what a new row may repeat."""
     return distinct_targets("existing", row_occurrences(rows.filter(pl.Series(old))), cfg, files)
+
+
+def exact_repeats(corpus: Corpus, fresh: np.ndarray, old: np.ndarray) -> OverlapResult:
+    """Texts of the ``fresh`` rows that are texts of ``old`` rows, from the corpus's text ids alone (no
+    text in memory: the streamed engine's repeats): each new text against the first old row holding it."""
+    occ = new_texts(corpus, fresh)
+    held = new_texts(corpus, old).rename({"row": "target_row", "role": "target_role_code"})
+    first = held.sort("target_row", "target_role_code").unique("tid", keep="first", maintain_order=True)
+    found = occ.join(first, on="tid").sort("row", "role")
+    info: dict[str, Any] = {}
+    if found.height == 0:
+        return OverlapResult(pl.DataFrame(schema=OVERLAP_SCHEMA), _empty_texts(), info)
+    rows = corpus.rows
+    new_row, target_row = found.get_column("row"), found.get_column("target_row")
+    roles = {
+        c: role_name(c) for c in {*found.get_column("role").to_list(), *found.get_column("target_role_code").to_list()}
+    }
+    exact = pl.struct(pl.lit("exact").alias("kind"), pl.lit(1.0).alias("score"), pl.lit(1.0).alias("threshold"))
+    overlaps = found.select(
+        rows.get_column("id").gather(new_row).alias("row_id"),
+        rows.get_column("file").gather(new_row).alias("file"),
+        rows.get_column("line").gather(new_row).cast(pl.Int64).alias("line"),
+        pl.col("role").replace_strict(roles, return_dtype=pl.String),
+        pl.lit("existing").alias("target"),
+        rows.get_column("id").gather(target_row).alias("target_id"),
+        rows.get_column("file").gather(target_row).alias("target_file"),
+        rows.get_column("line").gather(target_row).cast(pl.Int64).alias("target_line"),
+        pl.col("target_role_code").replace_strict(roles, return_dtype=pl.String).alias("target_role"),
+        pl.lit("certain").alias("severity"),
+        pl.concat_list(exact).alias("evidence"),
+        pl.lit(False).alias("baseline"),
+    ).cast(OVERLAP_SCHEMA)
+    hashes = text_hashes(corpus.norms(found.get_column("tid")))
+    texts = pl.DataFrame(
+        {
+            "text": corpus.spelling(new_row.to_numpy(), found.get_column("role").to_numpy()),
+            "target_text": corpus.spelling(target_row.to_numpy(), found.get_column("target_role_code").to_numpy()),
+            "text_hash": hashes,
+            "target_text_hash": hashes,
+        }
+    )
+    return OverlapResult(overlaps, texts, info)
 
 
 def _empty_texts() -> pl.DataFrame:
@@ -819,6 +863,7 @@ __all__ = [
     "TargetIndex",
     "Targets",
     "distinct_targets",
+    "exact_repeats",
     "find_overlaps",
     "load_eval",
     "merge_overlaps",
