@@ -286,7 +286,9 @@ EmbeddingsOn = Annotated[
 ModelPath = Annotated[
     str | None,
     _opt(
-        "A local sentence-transformers model directory.  \\[default: packaged all-MiniLM-L6-v2]",
+        "A local sentence-transformers model directory, or a Hugging Face hub id (BAAI/bge-small-en-v1.5) already "
+        "in the hub's cache (HF_HUB_CACHE or HF_HOME; nothing is downloaded); a path that exists wins.  "
+        "\\[default: packaged all-MiniLM-L6-v2]",
         "Embeddings",
         "--model",
     ),
@@ -386,8 +388,9 @@ PairThreshold = Annotated[
 VerifierOpt = Annotated[
     str | None,
     _opt(
-        "A local sentence-transformers CrossEncoder directory (one output: a duplicate-question, STS or relevance "
-        "model) that rescores the likely and suspect findings: likely at or above its bar, suspect below.",
+        "A sentence-transformers CrossEncoder (one output: a duplicate-question, STS or relevance model), a local "
+        "directory or a hub id already in the Hugging Face cache (nothing is downloaded), that rescores the likely "
+        "and suspect findings: likely at or above its bar, suspect below.",
         "Embeddings",
     ),
 ]

@@ -5,6 +5,11 @@ That package is a third party's repackaging, so none of its code is run: its mod
 found through the import system's metadata, and the weights, tokenizer and config are checked
 against the official release (revision 1110a243fdf4706b3f48f1d95db1a4f5529b4d41) before first use.
 A mismatch is an error, never a silent fallback. Nothing is downloaded: loading is local only.
+
+A user model is a local directory or a Hugging Face hub id (``BAAI/bge-small-en-v1.5``) that is
+already in the hub's own cache (``HF_HUB_CACHE``, else ``HF_HOME/hub``): huggingface_hub finds its
+snapshot with ``local_files_only=True``, whatever ``HF_HUB_OFFLINE`` says, and the snapshot's commit
+hash is the revision reports record. A path that exists wins over a hub id of the same name.
 """
 
 from __future__ import annotations
@@ -90,17 +95,87 @@ def verify(directory: Path, expected: dict[str, str]) -> dict[str, str]:
     return seen
 
 
+def hub_cache_dir() -> Path:
+    """The Hugging Face hub cache as huggingface_hub finds it, read from the environment now (its own
+    constant is fixed when it is first imported): ``HF_HUB_CACHE``, ``HUGGINGFACE_HUB_CACHE``,
+    ``HF_HOME/hub``, ``XDG_CACHE_HOME/huggingface/hub``, ``~/.cache/huggingface/hub``."""
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface"
+    )
+    home = os.path.expandvars(os.path.expanduser(home))
+    cache = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE") or os.path.join(home, "hub")
+    return Path(os.path.expandvars(os.path.expanduser(cache)))
+
+
+def hub_offline() -> str | None:
+    """``HF_HUB_OFFLINE=1`` (or ``TRANSFORMERS_OFFLINE=…``) when huggingface_hub reads it as offline, else None."""
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        value = os.environ.get(name)
+        if value:
+            return f"{name}={value}" if value.strip().upper() in {"1", "ON", "YES", "TRUE"} else None
+    return None
+
+
+def is_hub_id(name: str) -> bool:
+    """Whether ``name`` is spelled as a hub repository id (``org/name`` or ``name``)."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
+
+
+def hub_snapshot(repo_id: str, flag: str = "") -> tuple[Path, str]:
+    """The cached snapshot directory of hub model ``repo_id`` and its commit hash. Never downloads:
+    a model missing from the cache (or cached in part) raises ``ModelError``, naming ``flag``."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import IncompleteSnapshotError, LocalEntryNotFoundError
+
+    cache = hub_cache_dir()
+    name = f"{flag} {repo_id}" if flag else repo_id
+    download = f"download it once with `hf download {repo_id}`"
+    try:
+        snapshot = snapshot_download(repo_id, cache_dir=str(cache), local_files_only=True)
+    except IncompleteSnapshotError as exc:
+        raise ModelError(
+            f"{name}: the snapshot in the Hugging Face cache at {cache} is incomplete ({exc})",
+            fix=f"{download} where the hub is reachable, or pass a local directory",
+        ) from None
+    except LocalEntryNotFoundError:
+        offline = hub_offline()
+        if offline:
+            raise ModelError(
+                f"{name} is not in the Hugging Face cache at {cache} and {offline}",
+                fix=f"{download} where the hub is reachable, or pass a local directory",
+            ) from None
+        raise ModelError(
+            f"{name} is not in the Hugging Face cache at {cache}, and contrast-audit never downloads a model "
+            "at run time",
+            fix=f"{download}, or pass a local directory",
+        ) from None
+    directory = Path(snapshot)
+    return directory, directory.name  # huggingface_hub names each snapshot by its commit hash
+
+
 def resolve(model: str | None) -> ModelSource:
-    """The default model (verified), or a local sentence-transformers directory named by the user."""
+    """The default model (verified), or the user's: a local sentence-transformers directory, or a hub
+    id already in the Hugging Face cache (recorded with the snapshot's commit hash)."""
     if model is None:
         directory = default_model_dir()
         digests = verify(directory, DEFAULT_MODEL_SHA256)
         return ModelSource(DEFAULT_MODEL_ID, str(directory), DEFAULT_MODEL_REVISION, digests)
     directory = Path(model)
+    model_id, revision = directory.name, None
+    if not directory.exists() and is_hub_id(model):
+        directory, revision = hub_snapshot(model)
+        model_id = model
     if not directory.is_dir():
         raise ModelError(
             f"{model}: not a local model directory",
-            fix="pass the path of a saved sentence-transformers model; nothing is downloaded at run time",
+            fix="pass the path of a saved sentence-transformers model, or the hub id of one in the Hugging Face "
+            "cache; nothing is downloaded at run time",
         )
     if not (directory / "modules.json").is_file() and not (directory / "config.json").is_file():
         raise ModelError(
@@ -111,7 +186,7 @@ def resolve(model: str | None) -> ModelSource:
         for name in ("model.safetensors", "pytorch_model.bin", "tokenizer.json", "config.json")
         if (directory / name).is_file()
     }
-    return ModelSource(directory.name, str(directory.resolve()), None, digests)
+    return ModelSource(model_id, str(directory.resolve()), revision, digests)
 
 
 def default_model_path() -> str:

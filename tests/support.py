@@ -67,3 +67,17 @@ def write_jsonl(path, rows: list[dict]):
 
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
+
+
+def fake_hub_cache(cache: Path, repo_id: str, source: Path, commit: str = "0123456789abcdef" * 2 + "01234567") -> Path:
+    """A Hugging Face hub cache at ``cache`` holding ``repo_id`` as huggingface_hub lays it out
+    (``models--ORG--NAME/refs/main`` naming ``commit``, ``snapshots/<commit>/`` linking to each file and
+    folder of ``source``), so hub ids resolve offline; returns the snapshot directory."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit, encoding="utf-8")  # no newline, as huggingface_hub writes it
+    for entry in source.iterdir():
+        (snapshot / entry.name).symlink_to(entry.resolve())
+    return snapshot

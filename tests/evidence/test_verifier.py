@@ -10,12 +10,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import corpus_of, pairs
+from support import corpus_of, fake_hub_cache, pairs
 from typer.testing import CliRunner
 
 from contrast_audit.cli import app
+from contrast_audit.errors import ModelError
 from contrast_audit.evidence import LIKELY, SUSPECT
 from contrast_audit.evidence.verifier import Verifier
+from contrast_audit.model import default_model_dir
+
+NOT_A_CROSS_ENCODER = (
+    "is a sentence-embedding model, not a CrossEncoder: --verifier needs a cross-encoder "
+    "(a sequence-classification model with one output)"
+)
 
 RUNNER = CliRunner()
 
@@ -70,6 +77,81 @@ def test_a_missing_verifier_directory_is_a_usage_error(tmp_path: Path):
     result = RUNNER.invoke(app, ["scan", str(data), "--verifier", str(tmp_path / "nope"), "--no-minhash"])
     assert result.exit_code == 2
     assert "not a directory" in result.output
+
+
+def model_dir(path: Path, config: dict, **files: object) -> Path:
+    """A directory holding only the config files the verifier reads before loading a model."""
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    for name, value in files.items():
+        (path / f"{name}.json").write_text(json.dumps(value), encoding="utf-8")
+    return path
+
+
+def test_a_sentence_embedding_model_is_refused_before_it_is_loaded(tmp_path: Path):
+    bundled = str(default_model_dir())
+    with pytest.raises(ModelError) as caught:
+        Verifier(bundled).check()
+    assert caught.value.message == f"{bundled} {NOT_A_CROSS_ENCODER}"
+    # Saved by a newer sentence-transformers, a bi-encoder says what it is.
+    saved = model_dir(
+        tmp_path / "st",
+        {"architectures": ["BertModel"]},
+        config_sentence_transformers={"model_type": "SentenceTransformer"},
+    )
+    with pytest.raises(ModelError, match="is a sentence-embedding model, not a CrossEncoder"):
+        Verifier(str(saved)).check()
+
+
+def test_scan_with_a_sentence_embedding_model_as_verifier_exits_2(tmp_path: Path):
+    data = tmp_path / "pairs.jsonl"
+    data.write_text(json.dumps({"anchor": "a b", "positive": "c d"}) + "\n", encoding="utf-8")
+    result = RUNNER.invoke(app, ["scan", str(data), "--verifier", str(default_model_dir()), "--no-minhash"])
+    assert result.exit_code == 2, result.output
+    assert NOT_A_CROSS_ENCODER in result.output
+
+
+def test_the_config_decides_what_can_verify(tmp_path: Path):
+    def check(name: str, config: dict, **files: object) -> Verifier:
+        v = Verifier(str(model_dir(tmp_path / name, config, **files)))
+        v.check()
+        return v
+
+    check("ce", {"architectures": ["BertForSequenceClassification"], "id2label": {"0": "LABEL_0"}})
+    # A reranker saved as a CrossEncoder scores with its own modules, whatever its architecture.
+    check(
+        "reranker", {"architectures": ["Qwen3ForCausalLM"]}, config_sentence_transformers={"model_type": "CrossEncoder"}
+    )
+    with pytest.raises(ModelError, match="gives 3 scores per pair"):
+        check("nli", {"architectures": ["BertForSequenceClassification"], "id2label": {"0": "a", "1": "b", "2": "c"}})
+    with pytest.raises(ModelError, match="is a BertForMaskedLM checkpoint, not a CrossEncoder"):
+        check("mlm", {"architectures": ["BertForMaskedLM"]})
+    with pytest.raises(ModelError, match="no config.json"):
+        Verifier(str(tmp_path)).check()
+
+
+def test_a_verifier_hub_id_resolves_through_the_hugging_face_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    commit = "feed" * 10
+    cache = tmp_path / "hub"
+    source = model_dir(tmp_path / "ce", {"architectures": ["BertForSequenceClassification"], "id2label": {"0": "x"}})
+    snapshot = fake_hub_cache(cache, "acme/ce", source, commit)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    v = Verifier("acme/ce")
+    v.check()
+    assert v.directory == snapshot and v.revision == commit
+    assert v.info()["path"] == "acme/ce" and v.info()["revision"] == commit
+    with pytest.raises(ModelError) as caught:
+        Verifier("acme/absent").check()
+    assert (
+        caught.value.message == f"verifier acme/absent is not in the Hugging Face cache at {cache} and HF_HUB_OFFLINE=1"
+    )
+    # The bundled bi-encoder under a hub id is refused as it is from a directory.
+    fake_hub_cache(cache, "acme/minilm", default_model_dir())
+    with pytest.raises(ModelError) as caught:
+        Verifier("acme/minilm").check()
+    assert caught.value.message == f"acme/minilm {NOT_A_CROSS_ENCODER}"
 
 
 @pytest.fixture(scope="module")
