@@ -556,7 +556,7 @@ def _in_memory(
         if cfg.plan.plan_file and is_manifest_file(cfg.plan.plan_file):
             manifest = read_manifest(cfg.plan.plan_file)
             check_fingerprint(manifest, loaded.rows, ", ".join(loaded.files))
-            plan = manifest_plan(manifest, ids)
+            plan = manifest_plan(manifest, ids, loaded.rows.get_column("negatives").list.len().fill_null(0).to_numpy())
             cfg = replace(cfg, plan=replace(cfg.plan, world_size=manifest.world_size))
         elif cfg.plan.plan_file:
             plan = read_plan_file(cfg.plan.plan_file, ids)

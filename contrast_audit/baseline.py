@@ -28,6 +28,7 @@ import numpy as np
 import polars as pl
 
 from contrast_audit.errors import InputError
+from contrast_audit.io.readers import STDIN, read_bytes
 
 OVERLAP_KEY = ("role", "target", "target_role", "text_hash", "target_text_hash")
 
@@ -96,9 +97,18 @@ def row_hash_values(norms: pl.Series, tids: np.ndarray, groups: pl.Series) -> np
     return h
 
 
+def first_bad_hash(hashes: list[str]) -> int | None:
+    """The position of the first item that is not exactly 16 hex digits (``0-9``, ``a-f``, ``A-F``), or
+    None. ``bytes.fromhex`` alone would take spaces between digits (``"0123 4567 89ab cd"``)."""
+    if not hashes:
+        return None
+    ok = pl.Series(hashes, dtype=pl.String).str.contains(r"^[0-9a-fA-F]{16}$")
+    return None if ok.all() else int(ok.arg_min())
+
+
 def from_hex(hashes: list[str]) -> np.ndarray:
     """Row hashes (16 hex digits each) as uint64; ValueError for anything else."""
-    if any(len(h) != 16 for h in hashes):
+    if first_bad_hash(hashes) is not None:
         raise ValueError("a row hash is not 16 hex digits")
     return np.frombuffer(bytes.fromhex("".join(hashes)), dtype=">u8").astype(np.uint64)
 
@@ -155,11 +165,19 @@ def read_baseline(path: str | Path, schema_version: str) -> Baseline:
     schema version."""
     where = str(path)
     fix = "regenerate it on the base commit: contrast-audit scan ... --format json --output baseline.json"
+    if where == STDIN:
+        raise InputError(
+            where, "a baseline is read from a file, not standard input", fix="save the report and pass its path"
+        )
+    if not os.path.exists(path):
+        raise InputError(where, "baseline report not found", fix="check the --baseline path")
+    # As data files are read: a device or a directory is refused, a FIFO nobody writes to is not waited on.
+    raw = read_bytes(Path(path), fix="pass the JSON report of an earlier scan (--baseline REPORT.json)")
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(where, "baseline report not found", fix="check the --baseline path") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        data = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise InputError(where, "baseline is nested too deeply to be a JSON report", fix=fix) from None
+    except (UnicodeDecodeError, ValueError) as exc:
         raise InputError(where, f"baseline is not a readable JSON report ({exc})", fix=fix) from None
     if not isinstance(data, dict) or "schema_version" not in data:
         raise InputError(where, "baseline is not a contrast-audit JSON report (no schema_version)", fix=fix)
@@ -172,13 +190,15 @@ def read_baseline(path: str | Path, schema_version: str) -> Baseline:
     hashes = data.get("input", {}).get("row_hashes") if isinstance(data.get("input"), dict) else None
     if not isinstance(hashes, list) or not all(isinstance(h, str) for h in hashes):
         raise InputError(where, "baseline 'input.row_hashes' is missing or not a list of strings", fix=fix)
-    try:
-        digests = from_hex(hashes)
-    except ValueError:
+    bad = first_bad_hash(hashes)
+    if bad is not None:
+        shown = json.dumps(hashes[bad][:40] + ("…" if len(hashes[bad]) > 40 else ""), ensure_ascii=False)
         raise InputError(
-            where, "baseline 'input.row_hashes' holds a value that is not 16 hex digits", fix=fix
-        ) from None
-    return Baseline(where, digests, _keys(where, data.get("overlaps", [])))
+            where,
+            f"baseline 'input.row_hashes' item {bad} is {shown}, not 16 hex digits",
+            fix=fix,
+        )
+    return Baseline(where, from_hex(hashes), _keys(where, data.get("overlaps", [])))
 
 
 def _keys(where: str, items: Any) -> pl.DataFrame:

@@ -19,6 +19,9 @@ DIRECTIONS = ("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc")
 SAMPLERS = ("random", "no-duplicates")
 ON_BAD_ROW = ("skip-empty", "error", "skip")
 ENGINES = ("auto", "memory", "stream", "ray")
+STRATEGIES = ("mask", "group", "multi-positive", "cluster")  # manifest --strategy
+WEIGHTS = ("anchor",)  # manifest --weight
+MASK_SEVERITIES = ("certain", "likely", "suspect")  # evidence.SEVERITIES (that package imports this module)
 
 # Characters folded from both ends of a text by default: sentence punctuation, quotes and
 # brackets. Symbols that carry meaning at the edge of a text (``C++``, ``C#``, ``$5``, ``-1``) are kept.
@@ -206,6 +209,11 @@ class EmbeddingConfig:
     verifier_quantile: float = 0.5
 
     def __post_init__(self) -> None:
+        if self.verifier is not None and not str(self.verifier).strip():
+            raise ConfigError(
+                f"verifier is {self.verifier!r}, an empty name",
+                fix="name a CrossEncoder directory or leave --verifier out",
+            )
         if isinstance(self.above_positive, bool) or not 0.0 <= self.above_positive <= 1.0:
             raise ConfigError(f"above-positive must be in [0, 1] (0 turns it off), got {self.above_positive!r}")
         if not 0.0 <= self.verifier_quantile <= 1.0:
@@ -318,6 +326,12 @@ class AuditConfig:
         if self.engine not in ENGINES:
             raise ConfigError(
                 f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}", fix="pass --engine auto"
+            )
+        if self.ray_address is not None and self.engine != "ray":
+            raise ConfigError(
+                f"--ray-address (the ray-address setting) is used by --engine ray only, and the engine is "
+                f"{self.engine}",
+                fix='add --engine ray or drop it (in a settings file: engine = "ray", or no ray-address key)',
             )
         if str(self.max_memory).strip().lower() not in ("auto", "off"):
             from contrast_audit.resources import parse_size
@@ -521,6 +535,37 @@ SETTING_RULES: dict[str, tuple[str, float | None, float | None, bool]] = {
 }
 
 
+# Settings that take one of a fixed set of values: checked where the value is read (the settings file,
+# naming the file and key; flags and build_config), before any work.
+SETTING_CHOICES: dict[str, tuple[str, ...]] = {
+    "engine": ENGINES,
+    "sampler": SAMPLERS,
+    "on_bad_row": ON_BAD_ROW,
+    "precision": PRECISIONS,
+    "strategy": STRATEGIES,
+    "mask_severity": MASK_SEVERITIES,
+    "weight": WEIGHTS,
+}
+# What each of them means, for the fix of a bad value.
+_CHOICE_HINTS = {
+    "engine": "auto: in memory when the input fits max-memory, else streamed",
+    "weight": "anchor: every anchor the same share of the loss; leave it out for none",
+}
+# String settings that name something, and what: an empty one would silently mean "not given".
+_NOT_EMPTY = {
+    "verifier": "a CrossEncoder directory",
+    "model": "a sentence-transformers model directory",
+    "device": "a device (cpu, cuda, cuda:1, mps)",
+    "cache_dir": "a cache directory",
+    "plan": "a plan or manifest file",
+    "baseline": "the JSON report of an earlier scan",
+    "since": "a git revision (HEAD, origin/main, a sha)",
+    "eval_text": "the text column of the eval data",
+    "index": "a directory for the reference index",
+    "ray_address": "a Ray cluster (host:port, or auto)",
+}
+
+
 def _bound(value: float) -> str:
     if isinstance(value, int) and value >= 2**16 and (value + 1) & value == 0:
         return f"2^{(value + 1).bit_length() - 1} - 1"
@@ -571,7 +616,22 @@ def check_setting(name: str, value: Any, where: str) -> Any:
             f"{where} must be {describe_rule(name)}, got {shown} ({_type_name(value)})",
             fix=f"set {name.replace('_', '-')} to {describe_rule(name)}",
         )
+    choices = SETTING_CHOICES.get(name)
+    if choices is not None and value not in choices:
+        hint = _CHOICE_HINTS.get(name)
+        raise ConfigError(
+            f"{where} must be one of {', '.join(choices)}, got {_clip(repr(value))}",
+            fix=f"set {name.replace('_', '-')} to one of them" + (f" ({hint})" if hint else ""),
+        )
+    if name in _NOT_EMPTY and not value.strip():
+        flag = f"--{name.replace('_', '-')}"
+        leave = f"leave {flag} out" if where.startswith("--") else f"remove the {name.replace('_', '-')} key"
+        raise ConfigError(f"{where} is {value!r}, an empty name", fix=f"name {_NOT_EMPTY[name]} or {leave}")
     return float(value) if kind == "float" else value
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _type_name(value: Any) -> str:

@@ -42,7 +42,8 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
                 None,
             ),
             "ray_address": (
-                "The Ray cluster --engine ray joins (host:port or auto); unset: a local instance.",
+                'The Ray cluster engine = "ray" joins (host:port or auto; only with that engine); unset: a '
+                "local instance.",
                 "head-node:6379",
             ),
         },

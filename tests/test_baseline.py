@@ -202,3 +202,88 @@ def test_with_existing_rows_the_reference_rows_are_never_new(tmp_path: Path):
         assert f["baseline"] == (copy not in (f["anchor_id"], f["candidate_id"]))
     assert after["counts"]["findings"] == sum(not f["baseline"] for f in after["findings"])
     assert code == (1 if after["counts"]["findings"] else 0)
+
+
+class TestBaselinesThatAreNotReports:
+    """A --baseline that is not a report is exit 2 naming the file and what it is, never a hang or exit 3."""
+
+    @staticmethod
+    def refused(tmp_path: Path, baseline: str) -> str:
+        data = write_jsonl(tmp_path / "train.jsonl", OLD[:4])
+        out = scan(str(data), "--baseline", baseline)
+        assert out.exit_code == 2, out.output
+        assert f"{baseline}: " in out.stderr and "internal error" not in out.stderr
+        return out.stderr
+
+    def test_deep_nesting_is_too_deep_not_a_crash(self, tmp_path: Path):
+        deep = tmp_path / "deep.json"
+        deep.write_text('{"schema_version": "2", "x": ' + "[" * 100_000 + "]" * 100_000 + "}", encoding="utf-8")
+        assert "nested too deeply" in self.refused(tmp_path, str(deep))
+
+    @pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
+    def test_a_device_is_refused_at_once(self, tmp_path: Path, device: str):
+        if not Path(device).exists():
+            pytest.skip(f"{device} is missing")
+        message = self.refused(tmp_path, device)
+        assert "is a character device" in message and "--baseline REPORT.json" in message
+
+    def test_a_fifo_nobody_writes_to_is_refused(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+        import os
+
+        from contrast_audit.io import readers
+
+        fifo = tmp_path / "baseline.json"
+        os.mkfifo(fifo)
+        monkeypatch.setattr(readers, "FIFO_WAIT_S", 0.2)
+        assert "is a FIFO that no process wrote to" in self.refused(tmp_path, str(fifo))
+
+    def test_a_fifo_with_a_writer_is_read(self, tmp_path: Path):
+        import os
+        import threading
+
+        data = write_jsonl(tmp_path / "train.jsonl", OLD)
+        report = take_baseline(data, tmp_path / "baseline.json").read_text(encoding="utf-8")
+        fifo = tmp_path / "pipe.json"
+        os.mkfifo(fifo)
+        writer = threading.Thread(target=lambda: fifo.write_text(report, encoding="utf-8"))
+        writer.start()
+        code, after = report_of(str(data), "--batch-size", "6", "--seed", "3", "--baseline", str(fifo))
+        writer.join(5)
+        assert code == 0 and after["counts"]["in_baseline"]["findings"] == len(after["findings"]) > 0
+
+    def test_a_directory_and_standard_input_are_refused(self, tmp_path: Path):
+        assert "is a directory" in self.refused(tmp_path, str(tmp_path))
+        assert "not standard input" in self.refused(tmp_path, "-")
+
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            "0123 4567 89ab cd",  # 16 characters that bytes.fromhex reads as 7 bytes
+            "0123456789abcde ",
+            " 0123456789abcde",
+            "0123456789abcdef\n",
+            "0123456789abcdeg",
+            "０１２３４５６７８９ａｂｃｄｅｆ",  # full-width digits
+            "0x0123456789abcd",
+        ],
+    )
+    def test_row_hashes_are_exactly_16_hex_digits(self, tmp_path: Path, bad: str):
+        report = tmp_path / "bad.json"
+        hashes = ["0123456789ABCDEF", bad]
+        report.write_text(json.dumps({"schema_version": "2", "input": {"row_hashes": hashes}}), encoding="utf-8")
+        message = self.refused(tmp_path, str(report))
+        assert f"'input.row_hashes' item 1 is {json.dumps(bad, ensure_ascii=False)}, not 16 hex digits" in message
+        with pytest.raises(ValueError):
+            from_hex(hashes)
+
+    def test_spaced_hashes_are_not_read_as_fewer_rows(self, tmp_path: Path):
+        """Eight hashes of 14 digits and 2 spaces: bytes.fromhex alone read them as seven rows."""
+        hashes = ["0123 4567 89abcd"] * 8
+        with pytest.raises(ValueError):
+            from_hex(hashes)
+        report = tmp_path / "spaced.json"
+        report.write_text(json.dumps({"schema_version": "2", "input": {"row_hashes": hashes}}), encoding="utf-8")
+        assert 'item 0 is "0123 4567 89abcd", not 16 hex digits' in self.refused(tmp_path, str(report))
+
+    def test_upper_and_lower_case_digits_are_the_same_hash(self):
+        assert from_hex(["0123456789ABCDEF"]).tolist() == from_hex(["0123456789abcdef"]).tolist()

@@ -167,3 +167,93 @@ class TestSettingsKeysAreFlagNames:
     def test_unknown_key_without_a_near_miss(self, tmp_path: Path) -> None:
         result = _scan_with(tmp_path, "contrast-audit.toml", "zzzzzz = 1\n")
         assert result.exit_code == 2 and "did you mean" not in result.stderr and "init" in result.stderr
+
+
+class TestSettingsWithFixedValues:
+    """engine, weight, strategy, mask-severity, sampler, on-bad-row and precision take one of a few values: a
+    bad one in a settings file names the file and key, for every command (the file is read before any work)."""
+
+    @pytest.mark.parametrize(
+        ("line", "key", "expected"),
+        [
+            ('engine = "fast"', "engine", "one of auto, memory, stream, ray, got 'fast'"),
+            ('weight = "row"', "weight", "one of anchor, got 'row'"),
+            ('strategy = "shuffle"', "strategy", "one of mask, group, multi-positive, cluster, got 'shuffle'"),
+            ('mask-severity = "high"', "mask-severity", "one of certain, likely, suspect, got 'high'"),
+            ('sampler = "sequential"', "sampler", "one of random, no-duplicates, got 'sequential'"),
+            ('on-bad-row = "ignore"', "on-bad-row", "one of skip-empty, error, skip, got 'ignore'"),
+            ('precision = "fp8"', "precision", "one of fp32, bf16, got 'fp8'"),
+        ],
+    )
+    @pytest.mark.parametrize("command", ["scan", "manifest"])
+    def test_bad_value_names_file_and_key(self, tmp_path: Path, command: str, line: str, key: str, expected: str):
+        (tmp_path / "contrast-audit.toml").write_text(line + "\n")
+        args = ["--out", "m.jsonl"] if command == "manifest" else []
+        result = RUNNER.invoke(app, [command, "p.jsonl", "--quiet", *LEXICAL, *args])
+        assert result.exit_code == 2, result.output
+        assert f"contrast-audit.toml: setting '{key}' must be {expected}" in result.stderr, result.stderr
+        assert f"set {key} to one of them" in result.stderr and not (tmp_path / "m.jsonl").exists()
+
+    def test_the_same_values_hold_for_build_config(self) -> None:
+        with pytest.raises(ConfigError, match=r"--engine must be one of auto, memory, stream, ray, got 'fast'"):
+            build_config({"engine": "fast"})
+        with pytest.raises(ConfigError, match=r"--weight must be one of anchor, got 'row'"):
+            build_config({"weight": "row"})
+        assert build_config({"engine": "stream", "strategy": "group", "weight": "anchor"}).engine == "stream"
+
+    def test_the_choices_are_the_ones_their_owners_take(self) -> None:
+        from contrast_audit.config import SETTING_CHOICES
+        from contrast_audit.evidence import SEVERITIES
+        from contrast_audit.manifest.format import HEADER_SCHEMA
+
+        assert SETTING_CHOICES["mask_severity"] == SEVERITIES
+        assert list(SETTING_CHOICES["strategy"]) == HEADER_SCHEMA["properties"]["strategy"]["enum"]
+        assert set(SETTING_CHOICES) <= set(SETTING_RULES)
+
+
+class TestSettingsThatWereSilentlyIgnored:
+    """An empty name and a --ray-address without --engine ray used to be ignored without a word."""
+
+    def test_an_empty_verifier_flag(self) -> None:
+        result = RUNNER.invoke(app, ["scan", "p.jsonl", "--quiet", *LEXICAL, "--verifier", ""])
+        assert result.exit_code == 2, result.output
+        assert "--verifier is '', an empty name" in result.stderr
+        assert "name a CrossEncoder directory or leave --verifier out" in result.stderr
+
+    @pytest.mark.parametrize("value", ['""', '"  "'])
+    def test_an_empty_verifier_key(self, tmp_path: Path, value: str) -> None:
+        (tmp_path / "contrast-audit.toml").write_text(f"verifier = {value}\n")
+        result = RUNNER.invoke(app, ["scan", "p.jsonl", "--quiet", *LEXICAL])
+        assert result.exit_code == 2, result.output
+        assert "contrast-audit.toml: setting 'verifier' is" in result.stderr
+        assert "name a CrossEncoder directory or remove the verifier key" in result.stderr
+
+    @pytest.mark.parametrize("flag", ["--model", "--device", "--since", "--eval-text", "--ray-address"])
+    def test_other_empty_names(self, flag: str) -> None:
+        result = RUNNER.invoke(app, ["scan", "p.jsonl", "--quiet", *LEXICAL, flag, ""])
+        assert result.exit_code == 2, result.output
+        assert f"{flag} is '', an empty name" in result.stderr and f"leave {flag} out" in result.stderr
+
+    @pytest.mark.parametrize("engine", [[], ["--engine", "memory"], ["--engine", "stream"]])
+    def test_ray_address_without_engine_ray(self, engine: list[str]) -> None:
+        result = RUNNER.invoke(app, ["scan", "p.jsonl", "--quiet", *LEXICAL, *engine, "--ray-address", "head:6379"])
+        assert result.exit_code == 2, result.output
+        assert "--ray-address (the ray-address setting) is used by --engine ray only" in result.stderr
+        assert "add --engine ray or drop it" in result.stderr
+
+    def test_ray_address_key_without_engine_ray(self, tmp_path: Path) -> None:
+        (tmp_path / "contrast-audit.toml").write_text('ray-address = "head:6379"\n')
+        result = RUNNER.invoke(app, ["scan", "p.jsonl", "--quiet", *LEXICAL])
+        assert result.exit_code == 2, result.output
+        assert "is used by --engine ray only, and the engine is auto" in result.stderr
+        assert "no ray-address key" in result.stderr
+
+    def test_the_api_checks_them_too(self) -> None:
+        from contrast_audit.config import AuditConfig, EmbeddingConfig
+
+        with pytest.raises(ConfigError, match="verifier is ''"):
+            EmbeddingConfig(verifier="")
+        with pytest.raises(ConfigError, match="used by --engine ray only"):
+            AuditConfig(ray_address="auto")
+        assert AuditConfig(engine="ray", ray_address="auto").ray_address == "auto"
+        assert build_config({"engine": "ray", "ray_address": "head:6379"}).ray_address == "head:6379"

@@ -126,7 +126,7 @@ def read_raw(path: Path, on_bad_row: str, json_types: ColumnKinds, delimiter: st
     ``TEXTS`` or ``KEY``); JSON values of any other type in those columns are reported with their line.
     """
     stream = _is_stream(path)
-    data = _read_bytes(path)
+    data = read_bytes(path)
     name = Path(display_name(path))
     kind = sniff_kind(data) if stream and path.suffix.lower() not in FORMATS else file_kind(path)
     path = name
@@ -144,9 +144,13 @@ def read_raw(path: Path, on_bad_row: str, json_types: ColumnKinds, delimiter: st
     return _read_delimited(path, text, kind, on_bad_row, delimiter)
 
 
-def _read_bytes(path: Path) -> bytes:
+DATA_FIX = "pass a file, or pipe the data in (... | contrast-audit scan -)"
+
+
+def read_bytes(path: Path, fix: str = DATA_FIX) -> bytes:
     """The whole file, standard input (``-``) or FIFO; a FIFO nobody writes to is refused, not waited
-    on forever."""
+    on forever, and so is a device, a socket or a directory (``fix`` says what to pass instead). Any
+    input read whole goes through here (data files, ``--baseline`` reports)."""
     if str(path) == STDIN:
         if sys.stdin is None or sys.stdin.isatty():
             raise InputError(
@@ -158,13 +162,13 @@ def _read_bytes(path: Path) -> bytes:
             mode = os.fstat(sys.stdin.fileno()).st_mode
         except (OSError, ValueError, io.UnsupportedOperation):
             mode = stat.S_IFIFO  # a stream without a descriptor (tests, embedding): read as given
-        _refuse_device(STDIN_NAME, mode)
+        _refuse_device(STDIN_NAME, mode, fix)
         return sys.stdin.buffer.read()
     try:
         mode = path.stat().st_mode
         if stat.S_ISFIFO(mode):
             return _read_fifo(path)
-        _refuse_device(str(path), mode)
+        _refuse_device(str(path), mode, fix)
         return path.read_bytes()
     except OSError as exc:
         raise InputError(
@@ -172,11 +176,13 @@ def _read_bytes(path: Path) -> bytes:
         ) from exc
 
 
-def _refuse_device(name: str, mode: int) -> None:
+def _refuse_device(name: str, mode: int, fix: str = DATA_FIX) -> None:
     """Only regular files, FIFOs and pipes are data: a device (``/dev/zero``, ``/dev/urandom``) or a socket
     never ends, and reading one would run until memory runs out."""
     if stat.S_ISREG(mode) or stat.S_ISFIFO(mode):
         return
+    if stat.S_ISDIR(mode):
+        raise InputError(name, "is a directory, not a file", fix=fix)
     kind = (
         "a character device"
         if stat.S_ISCHR(mode)
@@ -189,7 +195,7 @@ def _refuse_device(name: str, mode: int) -> None:
     raise InputError(
         name,
         f"is {kind}, not a data file: reading it might never end",
-        fix="pass a file, or pipe the data in (... | contrast-audit scan -)",
+        fix=fix,
     )
 
 

@@ -28,6 +28,7 @@ from contrast_audit.evidence import SEVERITIES, SEVERITY_NAMES, Detector
 from contrast_audit.judge import Judgement
 from contrast_audit.manifest.format import (
     KIND,
+    MAX_WEIGHT,
     SCHEMA_VERSION,
     STRATEGIES,
     WEIGHTS,
@@ -127,6 +128,14 @@ def build_manifest(
     separated_left = None
     clustering = None
     units = balance_units(corpus) if balance is not None or weight is not None else None
+    row_weight = anchor_weights(units) if units is not None and weight is not None else None
+    if row_weight is not None and row_weight.size and row_weight.max() > MAX_WEIGHT:
+        sizes = np.bincount(units)
+        raise ConfigError(
+            f"--weight anchor would weigh the rows of an anchor with {int(sizes.min())} of {units.shape[0]:,} rows "
+            f"{row_weight.max():,.0f} each, above the {MAX_WEIGHT:,.0f} a manifest may hold",
+            fix="leave --weight out (--balance N spreads each anchor's rows over the batches instead)",
+        )
     if strategy == "mask":
         plan = user_plan or make_plan(cfg.plan, corpus.n_rows, corpus.raw)
         source = plan.source
@@ -148,7 +157,6 @@ def build_manifest(
     gb = plan.global_batches(world)
     acted = judgement.findings.filter(pl.col("severity_rank") >= threshold)
     own = judgement.mislabelled.filter(pl.col("severity_rank") >= threshold)
-    row_weight = anchor_weights(units) if units is not None and weight is not None else None
     batches, masked, positive = _batches(prepared, plan, gb, acted, own, strategy, row_weight)
     conflicts_left = (
         acted.height if strategy != "multi-positive" else int(acted.filter(pl.col("cand_role") > POSITIVE_ROLE).height)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,17 +24,22 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from contrast_audit.config import DIRECTIONS
+from contrast_audit.config import DIRECTIONS, STRATEGIES, WEIGHTS
 from contrast_audit.errors import InputError
 
 KIND = "contrast-audit-manifest"
 SCHEMA_VERSION = "1"
-STRATEGIES = ("mask", "group", "multi-positive", "cluster")
-WEIGHTS = ("anchor",)
 
 Entry = tuple[int, int, str]
 
 _INT64 = 2**63 - 1
+# The largest row weight a manifest may hold. ``--weight anchor`` writes weights whose mean over the rows
+# is 1; a weight of 1e6 already makes one row's loss term count as a million average rows. Far larger ones
+# (1e300) are finite as JSON but not as the float32 the trainer multiplies the loss by, and the run would
+# fail a step later with an infinite loss instead of at the line that holds them.
+MAX_WEIGHT = 1e6
+# ``negative_k``: the k-th hard negative of the candidate's row, k from 1 (ASCII digits, at most int64).
+_NEGATIVE_ROLE = re.compile(r"negative_([0-9]{1,19})")
 _NAME = {"type": ["string", "null"]}
 _FILE_MAPPING = {
     "type": "object",
@@ -145,6 +151,8 @@ class ManifestBatch:
     """One global batch: row ids in gather order, each rank's share, and the relations to act on.
 
     ``weights``: each row's weight in the loss, aligned with ``rows`` (None: every row weighs 1).
+    ``line``: the line of the manifest file it was read from (None for a batch built in memory), for
+    messages about it.
     """
 
     batch: int
@@ -154,6 +162,7 @@ class ManifestBatch:
     mask: dict[str, list[Entry]] = field(default_factory=dict)
     positives: dict[str, list[Entry]] = field(default_factory=dict)
     weights: tuple[float, ...] | None = None
+    line: int | None = field(default=None, compare=False)
 
     def to_json(self) -> str:
         record: dict[str, Any] = {"batch": self.batch, "epoch": self.epoch, "rows": list(self.rows)}
@@ -243,7 +252,8 @@ def _check_header(path: str, line: int, header: dict[str, Any]) -> None:
     if version != SCHEMA_VERSION:
         raise InputError(
             path,
-            f"manifest schema version {_shown(version)} is not supported (this contrast-audit reads {SCHEMA_VERSION!r})",
+            f"manifest schema version {_shown(version)} is not supported (this contrast-audit reads "
+            f"{_shown(SCHEMA_VERSION)})",
             line=line,
             fix="regenerate the manifest with this version of contrast-audit",
         )
@@ -262,7 +272,13 @@ def _check_header(path: str, line: int, header: dict[str, Any]) -> None:
         problem = f"is {_shown(error.instance)}, outside [{_range(error.schema)}]"
     elif error.validator in ("enum", "const"):
         allowed = error.validator_value if error.validator == "enum" else [error.validator_value]
-        problem = f"is {_shown(error.instance)}, not one of {', '.join(map(str, allowed))}"
+        problem = f"is {_shown(error.instance)}, not one of {', '.join(_bare(a) for a in allowed)}"
+    elif error.validator == "pattern":
+        problem = f"is {_shown(error.instance)}, not of the form {_bare(error.validator_value)}"
+    elif error.validator == "minItems":
+        problem = "is an empty array"
+    elif error.validator == "uniqueItems":
+        problem = f"is {_shown(error.instance)}, which names an item twice"
     elif error.validator == "anyOf":
         problem = f"is {_json_kind(error.instance)}, not an array of file mappings"
     elif error.validator == "contains":
@@ -280,8 +296,20 @@ def _json_kind(value: Any) -> str:
     )
 
 
+def _bare(value: Any) -> str:
+    """A string as it is, anything else as JSON (``null``)."""
+    return value if isinstance(value, str) else _shown(value)
+
+
 def _kinds(kind: str | list[str]) -> str:
-    names = {"object": "an object", "array": "an array", "string": "a string", "integer": "an integer"}
+    names = {
+        "object": "an object",
+        "array": "an array",
+        "string": "a string",
+        "integer": "an integer",
+        "number": "a number",
+        "boolean": "a boolean",
+    }
     return " or ".join(names.get(k, k) for k in ([kind] if isinstance(kind, str) else kind))
 
 
@@ -290,11 +318,15 @@ def _range(schema: dict[str, Any]) -> str:
 
 
 def _shown(value: Any) -> str:
-    return _clip(
-        repr(value)
-        if not isinstance(value, int) or abs(value) < 10**15
-        else f"an integer of {len(str(abs(value)))} digits"
-    )
+    """``value`` as JSON writes it (``null``, ``true``, ``"text"``, ``[1, 2]``; ``NaN`` and ``Infinity`` as
+    the reader takes them), clipped; a huge integer by its number of digits."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**15:
+        return f"an integer of {len(str(abs(value)))} digits"
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        text = repr(value)
+    return _clip(text)
 
 
 def _clip(text: str, limit: int = 80) -> str:
@@ -306,7 +338,7 @@ def _parse_batch(path: str, line: int, record: Any, header: dict[str, Any]) -> M
         return InputError(path, message, line=line, fix="regenerate the manifest")
 
     if not isinstance(record, dict) or not isinstance(record.get("rows"), list) or not record["rows"]:
-        raise bad("a batch line needs a non-empty 'rows' list")
+        raise bad("a batch line needs a non-empty 'rows' array")
     rows = tuple(r if isinstance(r, str) else str(r) for r in record["rows"])
     if len(set(rows)) != len(rows):
         raise bad("a row id appears twice in one batch")
@@ -325,9 +357,9 @@ def _parse_batch(path: str, line: int, record: Any, header: dict[str, Any]) -> M
         parsed: dict[str, list[Entry]] = {}
         for direction, entries in value.items():
             if direction not in DIRECTIONS:
-                raise bad(f"unknown direction {direction!r} in '{key}'")
+                raise bad(f"unknown direction {_shown(direction)} in '{key}' (one of {', '.join(DIRECTIONS)})")
             if not isinstance(entries, list):
-                raise bad(f"'{key}.{direction}' must be a list of [anchor, candidate(, role)] entries")
+                raise bad(f"'{key}.{direction}' must be an array of [anchor, candidate(, role)] entries")
             out: list[Entry] = []
             for entry in entries:
                 if (
@@ -337,14 +369,16 @@ def _parse_batch(path: str, line: int, record: Any, header: dict[str, Any]) -> M
                     or (len(entry) == 3 and not _valid_role(entry[2], direction))
                 ):
                     raise bad(
-                        f"bad entry {_clip(repr(entry))} in '{key}.{direction}': [anchor, candidate(, role)] "
-                        f"with positions in [0, {len(rows) - 1}]"
+                        f"bad entry {_shown(entry)} in '{key}.{direction}': [anchor, candidate(, role)] "
+                        f"with positions in [0, {len(rows) - 1}]{_role_problem(entry, direction)}"
                     )
                 out.append((entry[0], entry[1], entry[2] if len(entry) == 3 else default_role(direction)))
             parsed[direction] = out
         relations[key] = parsed
     weights = _parse_weights(record.get("weights"), len(rows), "weight" in header, bad)
-    return ManifestBatch(batch, epoch, rows, tuple(ranks), relations["mask"], relations["positives"], weights)
+    return ManifestBatch(
+        batch, epoch, rows, tuple(ranks), relations["mask"], relations["positives"], weights, line=line
+    )
 
 
 def _parse_weights(
@@ -367,6 +401,11 @@ def _parse_weights(
         number = _positive_finite(w)
         if number is None:
             raise bad(f"'weights.{k}' is {_shown(w)}, not a finite number > 0")
+        if number > MAX_WEIGHT:
+            raise bad(
+                f"'weights.{k}' is {_shown(w)}, above {MAX_WEIGHT:,.0f}, the largest row weight a manifest may "
+                "hold (weights average 1 over the rows; far larger ones overflow the float32 loss)"
+            )
         out.append(number)
     return tuple(out)
 
@@ -391,7 +430,30 @@ def _valid_role(role: Any, direction: str) -> bool:
         return False
     if direction.endswith("_to_query"):
         return role == "anchor"
-    return role == "positive" or (role.startswith("negative_") and role[9:].isdigit() and int(role[9:]) >= 1)
+    return role == "positive" or negative_index(role) is not None
+
+
+def negative_index(role: str) -> int | None:
+    """k of ``negative_k`` (k in [1, 2^63 - 1], ASCII digits), else None."""
+    match = _NEGATIVE_ROLE.fullmatch(role)
+    if match is None:
+        return None
+    k = int(match.group(1))
+    return k if 1 <= k <= _INT64 else None
+
+
+def _role_problem(entry: Any, direction: str) -> str:
+    """Why a bad entry's role is wrong, when it is the role: the roles ``direction`` takes."""
+    if not isinstance(entry, list) or len(entry) != 3 or _valid_role(entry[2], direction):
+        return ""
+    if direction.endswith("_to_query"):
+        return f'; the role of a {direction} entry is "anchor"'
+    role = entry[2]
+    digits = role[9:] if isinstance(role, str) and role.startswith("negative_") else ""
+    if digits.isascii() and digits.isdigit():
+        k = f"its k of {len(digits)} digits" if len(digits) > 19 else f"k = {digits}"
+        return f"; {k} is out of range: negative_k takes k in [1, 2^63 - 1]"
+    return '; the role is "positive" or "negative_k" (k from 1)'
 
 
 def check_fingerprint(manifest: Manifest, rows: pl.DataFrame, data_label: str) -> None:
@@ -409,6 +471,7 @@ def check_fingerprint(manifest: Manifest, rows: pl.DataFrame, data_label: str) -
 __all__ = [
     "HEADER_SCHEMA",
     "KIND",
+    "MAX_WEIGHT",
     "SCHEMA_VERSION",
     "STRATEGIES",
     "WEIGHTS",
@@ -418,5 +481,6 @@ __all__ = [
     "data_fingerprint",
     "default_role",
     "is_manifest_header",
+    "negative_index",
     "read_manifest",
 ]

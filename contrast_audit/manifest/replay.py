@@ -11,7 +11,7 @@ import polars as pl
 
 from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE
 from contrast_audit.judge import Judgement
-from contrast_audit.manifest.format import Manifest, is_manifest_header
+from contrast_audit.manifest.format import Manifest, ManifestBatch, is_manifest_header, negative_index
 from contrast_audit.plan.batches import GlobalBatches, Plan
 
 _ROLE_CODE_SCHEMA = {"batch": pl.Int64, "direction": pl.String, "anchor_row": pl.Int64, "cand_row": pl.Int64}
@@ -29,29 +29,52 @@ def is_manifest_file(path: str) -> bool:
     return False
 
 
-def manifest_plan(manifest: Manifest, ids: pl.Series) -> Plan:
-    """The manifest's device batches (each global batch cut into its ranks' slices), rows as indices."""
+def manifest_plan(manifest: Manifest, ids: pl.Series, negatives: np.ndarray | None = None) -> Plan:
+    """The manifest's device batches (each global batch cut into its ranks' slices), rows as indices.
+    ``negatives``: each row's number of hard negatives (aligned with ``ids``); an entry naming a
+    ``negative_k`` its candidate's row does not have is refused with its line."""
     from contrast_audit.errors import InputError
 
     index = {value: i for i, value in enumerate(ids.to_list())}
     batches: list[np.ndarray] = []
     epochs: list[int] = []
     for number, batch in enumerate(manifest.batches, start=2):
+        line = batch.line or number
         unknown = [r for r in batch.rows if r not in index]
         if unknown:
             raise InputError(
                 manifest.path,
-                f"unknown row id {unknown[0]!r}",
-                line=number,
+                f"unknown row id {json.dumps(unknown[0], ensure_ascii=False)}",
+                line=line,
                 fix="regenerate the manifest for this data",
             )
         rows = np.fromiter((index[r] for r in batch.rows), dtype=np.int64, count=len(batch.rows))
+        if negatives is not None:
+            _check_negatives(manifest.path, line, batch, rows, negatives)
         start = 0
         for size in batch.ranks:
             batches.append(rows[start : start + size])
             epochs.append(batch.epoch)
             start += size
     return Plan.from_batches(batches, epochs, f"manifest:{manifest.strategy}:{manifest.path}")
+
+
+def _check_negatives(path: str, line: int, batch: ManifestBatch, rows: np.ndarray, negatives: np.ndarray) -> None:
+    """Refuse an entry whose ``negative_k`` is beyond the hard negatives of its candidate's row."""
+    from contrast_audit.errors import InputError
+
+    for key, relation in (("mask", batch.mask), ("positives", batch.positives)):
+        for direction, entries in relation.items():
+            for a, c, role in entries:
+                k = negative_index(role) if role.startswith("negative_") else None
+                if k is not None and k > (have := int(negatives[rows[c]])):
+                    raise InputError(
+                        path,
+                        f"entry [{a}, {c}, \"{role}\"] in '{key}.{direction}' names hard negative {k} of row "
+                        f"{json.dumps(batch.rows[c], ensure_ascii=False)}, which has {have}",
+                        line=line,
+                        fix="regenerate the manifest for this data",
+                    )
 
 
 def positions(gb: GlobalBatches) -> pl.DataFrame:

@@ -8,26 +8,25 @@ Roles are coded as integers: 0 is the direction's default (``positive`` for ``qu
 
 from __future__ import annotations
 
-import re
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from contrast_audit.errors import InputError
-from contrast_audit.manifest.format import Manifest, default_role
+from contrast_audit.manifest.format import Manifest, default_role, negative_index
 
 DIRECTIONS = ("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc")
-_NEGATIVE = re.compile(r"^negative_(\d+)$")
 
 
 def role_code(direction: str, role: str) -> int:
     """0 for the direction's default role, k for ``negative_k``."""
     if role == default_role(direction):
         return 0
-    match = _NEGATIVE.match(role)
-    if match and direction in ("query_to_doc", "doc_to_doc") and int(match.group(1)) >= 1:
-        return int(match.group(1))
+    k = negative_index(role)  # None unless 1 <= k <= 2^63 - 1
+    if k is not None and direction in ("query_to_doc", "doc_to_doc"):
+        return k
     raise ValueError(f"role {role!r} is not valid for direction {direction!r}")
 
 
@@ -85,7 +84,11 @@ def build_relations(manifest: Manifest, row_ids: Sequence[str], n_negatives: int
             rows = np.fromiter((index[r] for r in batch.rows), dtype=np.int64, count=len(batch.rows))
         except KeyError as exc:
             raise InputError(
-                "manifest", f"batch {batch.batch} names row id {exc.args[0]!r}, which the data does not have"
+                manifest.path,
+                f"batch {batch.batch} names row id {json.dumps(exc.args[0], ensure_ascii=False)}, which the data "
+                "does not have",
+                line=batch.line,
+                fix="regenerate the manifest for this data",
             ) from exc
         if batch.weights is not None:
             weighted_rows.append(rows)
@@ -96,8 +99,12 @@ def build_relations(manifest: Manifest, row_ids: Sequence[str], n_negatives: int
                 arr = np.asarray([(a, c, role_code(direction, r)) for a, c, r in entries], dtype=np.int64)
                 if arr[:, 2].max() > n_negatives:
                     raise InputError(
-                        "manifest",
-                        f"batch {batch.batch} addresses negative_{int(arr[:, 2].max())} but rows have {n_negatives}",
+                        manifest.path,
+                        f"batch {batch.batch} '{'mask' if kind == 'masked' else kind}.{direction}' addresses "
+                        f"negative_{int(arr[:, 2].max())}, but the data's rows have at most {n_negatives} hard "
+                        "negatives",
+                        line=batch.line,
+                        fix="regenerate the manifest for this data",
                     )
                 a, c, role = rows[arr[:, 0]], rows[arr[:, 1]], arr[:, 2]
                 keys = (a * n_rows + c) * n_roles + role

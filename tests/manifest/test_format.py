@@ -290,7 +290,7 @@ class TestTamperedManifests:
         "directions missing": (_drop("loss", "directions"), "'loss.directions' is missing"),
         "unknown direction": (
             _set("loss", "directions", ["query_to_doc", "sideways"]),
-            "'loss.directions.1' is 'sideways'",
+            "'loss.directions.1' is \"sideways\"",
         ),
         "no query_to_doc": (_set("loss", "directions", ["doc_to_query"]), "lacks query_to_doc"),
         "plan an int": (_set("plan", 5), "'plan' is an integer, not an object"),
@@ -335,6 +335,83 @@ class TestTamperedManifests:
         result = CliRunner().invoke(app, ["scan", str(data), "--plan", str(path), "-q", *LEXICAL])
         assert result.exit_code == 2, result.output
         assert f"{path}:2:" in result.stderr and needle in result.stderr, result.stderr
+
+    @pytest.mark.parametrize(
+        ("entry", "needle"),
+        [
+            # an index of 100 digits used to reach polars as an integer it cannot hold: exit 3
+            ('[0, 1, "negative_' + "9" * 100 + '"]', "its k of 100 digits is out of range"),
+            ('[0, 1, "negative_' + "9" * 5000 + '"]', "its k of 5000 digits is out of range"),
+            ('[0, 1, "negative_9223372036854775808"]', "k = 9223372036854775808 is out of range"),
+            ('[0, 1, "negative_0"]', "k = 0 is out of range: negative_k takes k in [1, 2^63 - 1]"),
+            ('[0, 1, "negative_\u00b2"]', 'the role is "positive" or "negative_k"'),  # a superscript two
+            ("[0, 1, null]", "bad entry [0, 1, null]"),
+            ("[0, true]", "bad entry [0, true]"),
+        ],
+    )
+    def test_entry_roles_are_in_range(self, made, entry, needle):
+        data, path = made
+        header = path.read_text().splitlines()[0]
+        path.write_text(header + '\n{"rows": ["c0-0", "c0-1"], "mask": {"query_to_doc": [' + entry + "]}}\n")
+        result = CliRunner().invoke(app, ["scan", str(data), "--plan", str(path), "-q", *LEXICAL])
+        assert result.exit_code == 2, result.output
+        assert f"{path}:2: bad entry" in result.stderr and needle in result.stderr, result.stderr
+
+    def test_a_negative_the_row_does_not_have_is_refused(self, made):
+        """Row c0-1 has no hard negatives (only the last row of the data has one)."""
+        data, path = made
+        header = path.read_text().splitlines()[0]
+        batch = {"rows": ["s39", "c0-1"], "mask": {"query_to_doc": [[1, 0, "negative_1"]]}}
+        path.write_text(f"{header}\n{json.dumps(batch)}\n")
+        assert CliRunner().invoke(app, ["scan", str(data), "--plan", str(path), "-q", *LEXICAL]).exit_code == 0
+        batch["mask"]["query_to_doc"] = [[0, 1, "negative_1"]]
+        path.write_text(f"{header}\n{json.dumps(batch)}\n")
+        result = CliRunner().invoke(app, ["scan", str(data), "--plan", str(path), "-q", *LEXICAL])
+        assert result.exit_code == 2, result.output
+        assert (
+            f'{path}:2: entry [0, 1, "negative_1"] in \'mask.query_to_doc\' names hard negative 1 of row "c0-1", which has 0'
+            in result.stderr
+        )
+
+    @pytest.mark.parametrize(
+        ("batch_line", "needle"),
+        [
+            ('{"rows": "c0-0"}', "a non-empty 'rows' array"),
+            ('{"rows": ["c0-0"], "mask": {"sideways": []}}', 'unknown direction "sideways"'),
+            ('{"rows": ["c0-0"], "mask": {"query_to_doc": {"a": 1}}}', "'mask.query_to_doc' must be an array"),
+            ('{"rows": ["c0-0"], "mask": {"query_to_doc": [[0, 0, true]]}}', "bad entry [0, 0, true]"),
+            ('{"rows": ["c0-0"], "mask": {"query_to_doc": [{"a": null}]}}', 'bad entry {"a": null}'),
+        ],
+    )
+    def test_messages_spell_json_as_json(self, made, batch_line, needle):
+        data, path = made
+        header = path.read_text().splitlines()[0]
+        path.write_text(header + "\n" + batch_line + "\n")
+        result = CliRunner().invoke(app, ["scan", str(data), "--plan", str(path), "-q", *LEXICAL])
+        assert result.exit_code == 2, result.output
+        assert f"{path}:2:" in result.stderr and needle in result.stderr, result.stderr
+        for python in ("None", "True", "False", "'c0-0'", "dict", "list"):
+            assert python not in result.stderr, result.stderr
+
+    @pytest.mark.parametrize(
+        ("change", "needle"),
+        [
+            (_set("schema_version", None), 'schema version null is not supported (this contrast-audit reads "1")'),
+            (_set("mask_severity", "x"), """'mask_severity' is "x", not one of certain, likely, suspect, null"""),
+            (_set("loss", "directions", ["query_to_doc"] * 2), "which names an item twice"),
+            (_set("loss", "directions", []), "'loss.directions' is an empty array"),
+            (_set("fingerprint", "sha1:x"), """'fingerprint' is "sha1:x", not of the form"""),
+            (_set("plan", "drop_last", "no"), "'plan.drop_last' is a string, not a boolean or null"),
+        ],
+    )
+    def test_header_messages_spell_json_as_json(self, made, change, needle):
+        data, path = made
+        _tamper_header(path, change)
+        result = CliRunner().invoke(app, ["scan", str(data), "--plan", str(path), "-q", *LEXICAL])
+        assert result.exit_code == 2, result.output
+        assert f"{path}:1:" in result.stderr and needle in result.stderr, result.stderr
+        for python in ("None", "True", "False", "'x'", "is invalid"):
+            assert python not in result.stderr, result.stderr
 
     def test_deeply_nested_header(self, made):
         data, path = made

@@ -145,7 +145,7 @@ def test_a_bad_weight_flag_exits_2_naming_the_options(pairs_file, tmp_path, args
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ('weight = "bogus"', "weight must be one of anchor, got 'bogus'"),
+        ('weight = "bogus"', "setting 'weight' must be one of anchor, got 'bogus'"),
         ("weight = 3", "setting 'weight' must be a string"),
     ],
 )
@@ -201,6 +201,48 @@ def test_integer_weights_are_read_as_numbers(tmp_path):
     assert read_manifest(path).batches[0].weights == (1.0, 2.5)
 
 
+def test_the_largest_weight_is_read(tmp_path):
+    from contrast_audit.manifest.format import MAX_WEIGHT
+
+    path = tmp_path / "m.jsonl"
+    path.write_text(json.dumps(WEIGHTED) + '\n{"rows": ["a", "b"], "weights": [1e6, 1e-300]}\n')
+    assert MAX_WEIGHT == 1e6 and read_manifest(path).batches[0].weights == (1e6, 1e-300)
+
+
+def test_a_weight_of_1e300_stops_scan_and_train_at_its_line(pairs_file, tmp_path):
+    """It used to pass the reader, and train failed a step later: "the loss is inf"."""
+    data = pairs_file(skewed_rows())
+    out = tmp_path / "m.jsonl"
+    assert run(str(data), "--out", str(out), "--batch-size", "8", "--weight", "anchor", *LEXICAL).exit_code == 0
+    header, *rest = out.read_text().splitlines()
+    batch = json.loads(rest[1])
+    batch["weights"][0] = 1e300
+    out.write_text("\n".join([header, rest[0], json.dumps(batch), *rest[2:]]) + "\n")
+    model = tmp_path / "model"
+    for command in (
+        ["scan", str(data), "--plan", str(out), "-q", *LEXICAL],
+        ["train", str(data), "--manifest", str(out), "--out", str(model), "-q"],
+    ):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2, result.output
+        assert f"{out}:3: 'weights.0' is 1e+300, above 1,000,000" in result.stderr, result.stderr
+    assert not model.exists()
+
+
+def test_manifest_refuses_to_write_a_weight_above_the_bound(pairs_file, tmp_path, monkeypatch):
+    """Only data of millions of rows under few anchors reach 1e6; the bound is lowered to reach it here."""
+    import contrast_audit.manifest.build as build
+
+    monkeypatch.setattr(build, "MAX_WEIGHT", 1.5)  # skewed_rows: 14 single rows weigh 38/20 = 1.9
+    data = pairs_file(skewed_rows())
+    out = tmp_path / "m.jsonl"
+    result = run(str(data), "--out", str(out), "--batch-size", "8", "--weight", "anchor", *LEXICAL)
+    assert result.exit_code == 2, result.output
+    assert "--weight anchor would weigh the rows of an anchor with 1 of 38 rows" in result.stderr
+    assert "a manifest may hold" in result.stderr
+    assert "leave --weight out" in result.stderr and not out.exists()
+
+
 @pytest.mark.parametrize(
     ("header", "batch_line", "needle"),
     [
@@ -209,13 +251,15 @@ def test_integer_weights_are_read_as_numbers(tmp_path):
         (WEIGHTED, '{"rows": ["a", "b"], "weights": {"a": 1}}', "'weights' is an object, not an array"),
         (WEIGHTED, '{"rows": ["a", "b"], "weights": [1.0, 0]}', "'weights.1' is 0, not a finite number > 0"),
         (WEIGHTED, '{"rows": ["a", "b"], "weights": [1.0, -0.5]}', "'weights.1' is -0.5"),
-        (WEIGHTED, '{"rows": ["a", "b"], "weights": [true, 1.0]}', "'weights.0' is True"),
-        (WEIGHTED, '{"rows": ["a", "b"], "weights": ["1", 1.0]}', "'weights.0' is '1'"),
-        (WEIGHTED, '{"rows": ["a", "b"], "weights": [null, 1.0]}', "'weights.0' is None"),
-        (WEIGHTED, '{"rows": ["a", "b"], "weights": [NaN, 1.0]}', "'weights.0' is nan"),
-        (WEIGHTED, '{"rows": ["a", "b"], "weights": [1.0, Infinity]}', "'weights.1' is inf"),
-        (WEIGHTED, '{"rows": ["a", "b"], "weights": [1.0, 1e999]}', "'weights.1' is inf"),
+        (WEIGHTED, '{"rows": ["a", "b"], "weights": [true, 1.0]}', "'weights.0' is true"),
+        (WEIGHTED, '{"rows": ["a", "b"], "weights": ["1", 1.0]}', "'weights.0' is \"1\""),
+        (WEIGHTED, '{"rows": ["a", "b"], "weights": [null, 1.0]}', "'weights.0' is null"),
+        (WEIGHTED, '{"rows": ["a", "b"], "weights": [NaN, 1.0]}', "'weights.0' is NaN"),
+        (WEIGHTED, '{"rows": ["a", "b"], "weights": [1.0, Infinity]}', "'weights.1' is Infinity"),
+        (WEIGHTED, '{"rows": ["a", "b"], "weights": [1.0, 1e999]}', "'weights.1' is Infinity"),
         (WEIGHTED, '{"rows": ["a", "b"], "weights": [1' + "0" * 400 + ", 1]}", "'weights.0' is an integer of 401"),
+        (WEIGHTED, '{"rows": ["a", "b"], "weights": [1e300, 1.0]}', "'weights.0' is 1e+300, above 1,000,000"),
+        (WEIGHTED, '{"rows": ["a", "b"], "weights": [1.0, 1000000.5]}', "the largest row weight a manifest may hold"),
         (WEIGHTED, '{"rows": ["a", "b"]}', "'weights' is missing"),
         (HEADER, '{"rows": ["a", "b"], "weights": [1.0, 1.0]}', "the header records no 'weight'"),
     ],
@@ -231,7 +275,7 @@ def test_batch_weights_are_validated(tmp_path, header, batch_line, needle):
 @pytest.mark.parametrize(
     ("weight", "needle"),
     [
-        ({"by": "query"}, "'weight.by' is 'query', not one of anchor"),
+        ({"by": "query"}, "'weight.by' is \"query\", not one of anchor"),
         ({"units": 2}, "'weight.by' is missing"),
         ({"by": "anchor", "units": "2"}, "'weight.units' is a string, not an integer"),
         ({"by": "anchor", "units": 0}, "'weight.units' is 0, outside [1,"),

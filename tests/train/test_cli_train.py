@@ -213,6 +213,25 @@ class TestTrainRefusesTamperedManifests:
         assert "mask.jsonl:1:" in result.stderr and needle in result.stderr
         assert not (tmp_path / "model").exists()
 
+    @pytest.mark.parametrize(
+        ("role", "needle"),
+        [
+            ("negative_" + "9" * 100, "its k of 100 digits is out of range"),  # used to be exit 3 (OverflowError)
+            ("negative_0", "k = 0 is out of range"),
+        ],
+    )
+    def test_a_negative_index_out_of_range(self, tmp_path, role, needle):
+        write_rows(tmp_path / "pairs.jsonl", topic_rows())
+        assert RUNNER.invoke(app, lexical_manifest()).exit_code == 0
+        lines = (tmp_path / "mask.jsonl").read_text().splitlines()
+        batch = json.loads(lines[1])
+        batch["mask"] = {"query_to_doc": [[0, 1, role]]}
+        (tmp_path / "mask.jsonl").write_text("\n".join([lines[0], json.dumps(batch), *lines[2:]]) + "\n")
+        result = RUNNER.invoke(app, ["train", "pairs.jsonl", "--manifest", "mask.jsonl", "--out", "model", "-q"])
+        assert result.exit_code == 2, result.output
+        assert "mask.jsonl:2: bad entry" in result.stderr and needle in result.stderr, result.stderr
+        assert not (tmp_path / "model").exists()
+
     def test_a_manifest_of_other_columns_is_a_fingerprint_mismatch(self, tmp_path):
         write_rows(tmp_path / "pairs.jsonl", topic_rows())
         assert RUNNER.invoke(app, lexical_manifest()).exit_code == 0

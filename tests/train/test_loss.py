@@ -239,6 +239,24 @@ def test_relations_roles_and_lookup():
     assert rel.lookup("masked", "query_to_doc", keys).tolist() == [True, False, False]
 
 
+def test_relations_refuse_negatives_out_of_range_naming_the_line():
+    from contrast_audit.errors import InputError
+
+    with pytest.raises(ValueError):  # beyond int64: never an integer numpy cannot hold
+        role_code("query_to_doc", "negative_" + "9" * 100)
+    with pytest.raises(ValueError):
+        role_code("query_to_doc", "negative_\u00b2")  # a digit to str.isdigit, not to int
+    header = {"kind": "contrast-audit-manifest", "plan": {"epochs": 1}}
+    batch = ManifestBatch(0, 0, ("r0", "r1"), (2,), {"query_to_doc": [(0, 1, "negative_2")]}, line=7)
+    with pytest.raises(InputError) as info:
+        build_relations(Manifest(header, [batch], "m.jsonl"), IDS, 1)
+    message = str(info.value)
+    assert message.startswith("m.jsonl:7: batch 0 'mask.query_to_doc' addresses negative_2") and "at most 1" in message
+    unknown = ManifestBatch(0, 0, ("r0", "r9"), (2,), line=3)
+    with pytest.raises(InputError, match=r'^m\.jsonl:3: batch 0 names row id "r9"'):
+        build_relations(Manifest(header, [unknown], "m.jsonl"), IDS, 1)
+
+
 # ---- row weights (manifest --weight anchor) ----------------------------------------------------------
 
 
