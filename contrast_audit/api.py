@@ -411,6 +411,8 @@ def prepare(
         lambda share: (
             f"audit the data in parts of at most {resources.human(int(n_bytes * share))} "
             "(split -C SIZE FILE part- keeps lines whole)" + engine.streaming_hint(cfg)
+            if n_bytes * share >= 1 << 10
+            else None  # not a row's worth of it fits: check_memory says how much to raise the limit
         ),
     )
     with _stage(progress, "Loading files"):
@@ -432,6 +434,8 @@ def prepare(
         lambda share: (
             f"audit the data in parts of at most {resources.round_down(corpus.n_rows * share):,} rows "
             "(split -l ROWS FILE part-)" + engine.streaming_hint(cfg)
+            if corpus.n_rows * share >= 1
+            else None  # not a row of it fits: check_memory says how much to raise the limit
         ),
     )
     if before_evidence is not None:

@@ -56,7 +56,9 @@ def check_device(device: str | None) -> None:
     if device is None or device == "auto":
         return
     kind, _, number = device.partition(":")
-    if kind not in DEVICE_TYPES or (number and not number.isdigit()) or (number and kind != "cuda"):
+    # A GPU index is a short ASCII number: "²" passes isdigit() and int() refuses it.
+    index_ok = number.isascii() and number.isdecimal() and len(number) <= 9
+    if kind not in DEVICE_TYPES or (number and not index_ok) or (number and kind != "cuda"):
         raise ConfigError(
             f"--device {device!r} is not a device", fix="pass cpu, cuda, cuda:N (N a GPU index) or mps, or leave it out"
         )

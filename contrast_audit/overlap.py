@@ -72,8 +72,9 @@ def text_hashes(norms: pl.Series) -> pl.Series:
 
 
 def row_occurrences(rows: pl.DataFrame) -> pl.DataFrame:
-    """Every text of canonical rows: ``id, file, line, role, text``, roles in row order."""
-    base = ["id", "file", "line"]
+    """Every text of canonical rows: ``id, file, line, role, text``, row by row, each row's roles in order."""
+    rows = rows.with_row_index("_n")
+    base = ["_n", "id", "file", "line"]
     negatives = (
         rows.select(*base, pl.col("negatives").alias("text"))
         .with_columns(pl.int_ranges(1, pl.col("text").list.len() + 1).alias("k"))
@@ -92,7 +93,6 @@ def row_occurrences(rows: pl.DataFrame) -> pl.DataFrame:
     ]
     return (
         pl.concat(parts)
-        .with_columns(pl.int_range(pl.len()).over("k").alias("_n"))
         .sort("_n", "k")  # row by row, each row's roles in order
         .select(list(_OCCURRENCE))
         .cast(_OCCURRENCE)

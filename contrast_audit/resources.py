@@ -28,25 +28,40 @@ BYTES_PER_TEXT = 1000  # a distinct text's frames, keys and band keys (2.7 GB / 
 BYTES_PER_TEXT_BYTE = 4  # its raw, normal and shingled forms, for long texts
 BYTES_PER_VECTOR_FLOAT = 6  # each embedding space holds float32 vectors and their float16 cache form
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+MAX_SIZE = 1 << 50  # 1024T (1 PiB): far above any machine's memory; larger is a typo, not a limit
 
 
 def parse_size(text: str, where: str = "--max-memory") -> int | None:
-    """Bytes of ``16G`` / ``500MiB`` / ``2.5g`` / ``1000000`` (powers of 1024); None for ``off``;
-    ``auto`` is the memory available now."""
+    """Bytes of ``16G`` / ``500MiB`` / ``2.5g`` / ``1000000`` (powers of 1024), from 1 byte to
+    ``MAX_SIZE`` (1024T); None for ``off``; ``auto`` is the memory available now."""
     value = str(text).strip().lower()
     if value == "off":
         return None
     if value == "auto":
         return available_memory()
     match = _SIZE.match(value)
-    if not match or float(match.group(1)) <= 0:
+    number, unit = (match.group(1), _UNITS[match.group(2).lower()]) if match else ("", 1)
+    # Digits before the point bound the size before any float is made: 400 digits would be inf.
+    whole = number.partition(".")[0].lstrip("0")
+    size = int(float(number) * unit) if match and len(whole) <= 20 else MAX_SIZE + 1
+    if not match or size < 1:
         raise ConfigError(
-            f"{where} must be auto, off or a size such as 16G or 500M, got {text!r}",
+            f"{where} must be auto, off or a size such as 16G or 500M, got {_shown(text)}",
             fix="pass e.g. --max-memory 16G (units K, M, G, T; powers of 1024)",
         )
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    if size > MAX_SIZE:
+        raise ConfigError(
+            f"{where} is {_shown(text)}, more than the largest size accepted (1024T, 1 PiB)",
+            fix="pass the memory the audit may use, e.g. --max-memory 64G, or --max-memory off for no limit",
+        )
+    return size
+
+
+def _shown(text: object) -> str:
+    shown = repr(str(text))
+    return shown if len(shown) <= 40 else f"{shown[:36]}…' ({len(str(text)):,} characters)"
 
 
 def available_memory(root: Path = Path("/")) -> int | None:
@@ -70,7 +85,8 @@ def available_memory(root: Path = Path("/")) -> int | None:
             usage = int((root / base / usage_name).read_text().strip())
         except (OSError, ValueError):
             continue
-        if limit.isdigit() and int(limit) < 1 << 60:  # "max", or v1's huge "no limit" value
+        # Not "max", nor v1's huge "no limit" value (nor text that isdigit() takes and int() refuses).
+        if limit.isascii() and limit.isdecimal() and len(limit) < 19 and int(limit) < 1 << 60:
             found.append(max(int(limit) - max(usage - _stat(root / base / "memory.stat", cache_name), 0), 0))
         break
     return min(found) if found else None
@@ -123,11 +139,34 @@ def audit_estimate(n_texts: int, text_bytes: int, vector_spaces: int, dim: int =
     return BASE_BYTES + BYTES_PER_TEXT * n_texts + BYTES_PER_TEXT_BYTE * text_bytes + vectors
 
 
-def human(n: int) -> str:
-    """``n`` bytes in whole KiB or MiB, or in GiB with one decimal."""
-    if n < 1 << 20:
-        return f"{n / (1 << 10):,.0f} KiB"
-    return f"{n / (1 << 20):,.0f} MiB" if n < 1 << 30 else f"{n / (1 << 30):,.1f} GiB"
+def human(n: int, decimals: int = 0, like: int | None = None) -> str:
+    """``n`` bytes in bytes, whole KiB or MiB, or in GiB with one decimal (``decimals`` more each), in the
+    unit ``human(like)`` would use (``n``'s own by default)."""
+    scale = n if like is None else like
+    if scale < 1 << 10:
+        return f"{n:,} byte{'s' if n != 1 else ''}"
+    if scale < 1 << 20:
+        return f"{n / (1 << 10):,.{decimals}f} KiB"
+    return f"{n / (1 << 20):,.{decimals}f} MiB" if scale < 1 << 30 else f"{n / (1 << 30):,.{decimals + 1}f} GiB"
+
+
+def human_up(n: int, decimals: int = 0) -> str:
+    """``human(n, decimals)`` rounded up, never down: for an amount that must at least be reached."""
+    if n < 1 << 10:
+        return human(n)
+    unit = 1 << 10 if n < 1 << 20 else 1 << 20 if n < 1 << 30 else (1 << 30) / 10
+    unit /= 10**decimals
+    return human(int(math.ceil(n / unit) * unit), decimals, like=n)
+
+
+def decimals_apart(a: int, b: int) -> int | None:
+    """The decimals ``human`` needs to print ``a`` and ``b`` (in the unit of the larger) apart (needed
+    256.6 MiB, available 256.1 MiB: not 257 and 257); None when three are not enough (print bytes)."""
+    like = max(a, b)
+    for decimals in range(4):
+        if a == b or human(a, decimals, like) != human(b, decimals, like):
+            return decimals
+    return None
 
 
 def round_down(n: float) -> int:
@@ -141,16 +180,28 @@ class MemoryRefused(InputError):
     """An input refused because it would not fit ``--max-memory``."""
 
 
-def check_memory(needed: int, limit: int | None, what: str, path: str, fix: Callable[[float], str]) -> None:
+def check_memory(needed: int, limit: int | None, what: str, path: str, fix: Callable[[float], str | None]) -> None:
     """Refuse (exit 2) when ``needed`` exceeds ``limit``; nothing when there is no limit. ``fix`` gets
-    the share of the input that would fit and says how to split it."""
+    the share of the input that would fit and says how to split it, or gives None when a part would
+    hold less than one row (or byte)."""
     if limit is None or needed <= limit:
         return
     share = (limit - BASE_BYTES) / max(needed - BASE_BYTES, 1)
     advice = fix(share) if share > 0 else f"the limit is below what a scan needs to start ({human(BASE_BYTES)})"
+    decimals = decimals_apart(needed, limit)
+    if decimals is None:
+        shown_needed, shown_limit, total = f"{needed:,} bytes", f"{limit:,} bytes", f"{needed:,} bytes"
+    else:
+        shown_needed, shown_limit = human(needed, decimals, needed), human(limit, decimals, needed)
+        total = human_up(needed, decimals)
+    if advice is None:
+        advice = (
+            f"the limit is too small for even one row of it: raise --max-memory by at least "
+            f"{human_up(needed - limit)} (to {total})"
+        )
     raise MemoryRefused(
         path,
-        f"{what} needs about {human(needed)} of memory and {human(limit)} is available (--max-memory)",
+        f"{what} needs about {shown_needed} of memory and {shown_limit} is available (--max-memory)",
         fix=f"{advice}, or pass --max-memory off to try anyway (or a size, e.g. --max-memory 64G)",
     )
 

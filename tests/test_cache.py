@@ -167,7 +167,9 @@ def test_shard_cache_validation_is_optional(tmp_path: Path) -> None:
 # --- devices and the cache directory -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("device", ["tpu", "gpu", "cuda:x", "cpu:1", "", "cuda:-1"])
+@pytest.mark.parametrize(
+    "device", ["tpu", "gpu", "cuda:x", "cpu:1", "", "cuda:-1", "cuda:²", "cuda:٣", "cuda:" + "1" * 5000]
+)
 def test_unknown_device(device: str) -> None:
     with pytest.raises(ConfigError, match="is not a device"):
         check_device(device)

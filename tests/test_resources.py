@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,71 @@ def test_detectors_of_the_caller_s_own_run_in_memory(tmp_path: Path) -> None:
     small = build_config({"embeddings": False, "max_memory": "1M"})  # auto would stream this
     with pytest.raises(InputError, match="reading .* of input needs about"):
         audit([str(data)], small, detectors=[ExactDetector()])
+
+
+HUGE = "1" + "0" * 399  # 400 digits: float() made it inf, int() of that raised OverflowError (exit 3)
+
+
+@pytest.mark.parametrize("text", [HUGE, HUGE + "T", "1025T", "99999999999999999999999G"])
+def test_an_absurd_size_says_what_the_largest_accepted_is(text: str) -> None:
+    with pytest.raises(ConfigError, match=r"more than the largest size accepted \(1024T, 1 PiB\)") as err:
+        resources.parse_size(text)
+    assert "--max-memory off for no limit" in err.value.fix
+    with pytest.raises(ConfigError):
+        AuditConfig(max_memory=text)
+    assert resources.parse_size("1024T") == 1 << 50
+
+
+@pytest.mark.usefixtures(in_tmp.__name__)
+def test_an_absurd_size_is_exit_2_from_the_flag_and_the_settings_file(tmp_path: Path) -> None:
+    _data(tmp_path)
+    flag = RUNNER.invoke(app, ["scan", "pairs.jsonl", *LEXICAL, "--max-memory", HUGE, "-q"])
+    assert flag.exit_code == 2 and "more than the largest size accepted" in flag.output
+    (tmp_path / "contrast-audit.toml").write_text(f'max-memory = "{HUGE}"\n')
+    setting = RUNNER.invoke(app, ["scan", "pairs.jsonl", *LEXICAL, "-q"])
+    assert setting.exit_code == 2 and "more than the largest size accepted" in setting.output
+
+
+def test_a_size_of_less_than_a_byte_is_refused() -> None:
+    with pytest.raises(ConfigError, match="must be auto, off or a size"):
+        resources.parse_size("0.4")
+    assert resources.parse_size("0.5K") == 512
+
+
+def test_a_limit_too_small_for_one_row_says_how_much_to_raise_it(tmp_path: Path) -> None:
+    """Just above what a scan needs to start: the part that would fit was "at most 0 rows" (streamed) or
+    "0 KiB" (in memory), and needed and available both printed as 256 MiB."""
+    data = _data(tmp_path)
+    for engine, what in (("stream", "streaming 40 rows"), ("memory", "reading 2 KiB of input")):
+        cfg = build_config({"embeddings": False, "max_memory": "256.0001M", "engine": engine})
+        with pytest.raises(InputError) as err:
+            audit([str(data)], cfg)
+        message, fix = err.value.message, err.value.fix
+        assert what in message and "at most 0" not in fix and "parts of" not in fix
+        assert "the limit is too small for even one row of it: raise --max-memory by at least" in fix
+        needed, available = re.search(r"needs about (.+) of memory and (.+) is available", message).groups()
+        assert needed != available, message
+    assert "needs about 256.02 MiB of memory and 256.00 MiB is available" in message  # not 256 and 256
+    assert "raise --max-memory by at least 18 KiB (to 256.02 MiB)" in fix
+
+
+def test_the_streamed_part_that_fits_is_counted_beside_a_run() -> None:
+    from contrast_audit.engine.stream import MIN_RUN_ROWS, Shape, Sizes
+
+    shape = Shape(rows=1000, width=2, texts=2000, text_bytes=100_000)
+    floor = shape.run_bytes_per_row() * MIN_RUN_ROWS  # a run's need: splitting the input does not shrink it
+    per_row = shape.global_bytes() // shape.rows
+    with pytest.raises(InputError, match="parts of at most 100 rows"):
+        Sizes(limit=resources.BASE_BYTES + floor + 100 * per_row).judging(shape, "pairs.jsonl")
+    with pytest.raises(InputError, match="too small for even one row of it") as err:
+        Sizes(limit=resources.BASE_BYTES + floor - 1).judging(shape, "pairs.jsonl")
+    assert "parts of" not in err.value.fix
+
+
+def test_sizes_print_apart() -> None:
+    mib = 1 << 20
+    assert resources.human(500) == "500 bytes" and resources.human(1) == "1 byte"
+    assert resources.human_up(39 * mib + 5) == "40 MiB" and resources.human_up(39 * mib) == "39 MiB"
+    assert resources.decimals_apart(300 * mib, 256 * mib) == 0
+    assert resources.decimals_apart(int(256.6 * mib), int(256.9 * mib)) == 1
+    assert resources.decimals_apart(1 << 30, (1 << 30) - 1) is None  # printed in bytes

@@ -63,6 +63,7 @@ def _import_ray():
 @contextmanager
 def connected(address: str | None) -> Iterator[Any]:
     """Ray, joined to the cluster at ``address`` or to a local instance started (and stopped) here."""
+    head = check_address(address)
     ray = _import_ray()
     if ray.is_initialized():
         yield ray
@@ -74,8 +75,8 @@ def connected(address: str | None) -> Iterator[Any]:
         "check --ray-address (host:port of a running cluster's head, or auto), or leave it out to start a "
         "local instance"
     )
-    if address:
-        _reachable(address, fix)
+    if address and head:
+        _reachable(address, *head, fix)
     try:
         if address:
             ray.init(address=address, **kwargs)
@@ -94,15 +95,60 @@ def connected(address: str | None) -> Iterator[Any]:
         ray.shutdown()
 
 
-def _reachable(address: str, fix: str) -> None:
+MAX_PORT = 65535
+_ADDRESS_FIX = "pass host:port of the cluster's head (e.g. 10.0.0.5:6379), or auto"
+
+
+def check_address(address: str | None) -> tuple[str, int] | None:
+    """``--ray-address``, checked before Ray is imported or anything read: ``auto``, ``local``,
+    ``ray://HOST[:PORT]`` (Ray Client) or ``HOST:PORT`` (``[::1]:6379`` for IPv6), with a port from 1 to
+    65535. Returns the host and port to probe for ``HOST:PORT``, None for the others; a ``ConfigError``
+    (exit 2) saying what is wrong otherwise, where Ray would retry an address it cannot use for minutes
+    or fail with its own error."""
+    if address is None or address in ("auto", "local"):
+        return None
+    client = address.startswith("ray://")
+    if "://" in address and not client:
+        return None  # another scheme: left to Ray
+    shown = f"'{_clip(address)}'"
+    host, port = _host_port(address.removeprefix("ray://"))
+    if port is None:
+        if client:
+            return None  # ray://HOST: Ray Client's default port
+        raise ConfigError(f"--ray-address {shown} is not host:port (it has no port)", fix=_ADDRESS_FIX)
+    if not host:
+        raise ConfigError(f"--ray-address {shown} names no host", fix=_ADDRESS_FIX)
+    if not (port.isascii() and port.isdecimal()):  # not isdigit(): "²" passes it and int() refuses it
+        what = "is empty" if not port else f"'{_clip(port)}' is not a number"
+        raise ConfigError(f"--ray-address {shown}: the port {what} (ports are 1 to {MAX_PORT})", fix=_ADDRESS_FIX)
+    digits = port.lstrip("0") or "0"
+    if len(digits) > len(str(MAX_PORT)) or not 1 <= int(digits) <= MAX_PORT:
+        raise ConfigError(
+            f"--ray-address {shown}: the port {_clip(port)} is out of range (ports are 1 to {MAX_PORT})",
+            fix=_ADDRESS_FIX,
+        )
+    return None if client else (host, int(digits))
+
+
+def _host_port(text: str) -> tuple[str, str | None]:
+    """``HOST:PORT`` → (host, port), the port None when there is none; ``[IPv6]:PORT`` without brackets."""
+    if text.startswith("[") and "]" in text:
+        host, _, after = text[1:].partition("]")
+        return (host, after[1:]) if after.startswith(":") else (host if not after else text, None)
+    host, sep, port = text.rpartition(":")
+    return (host, port) if sep else (text, None)
+
+
+def _clip(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _reachable(address: str, host: str, port: int, fix: str) -> None:
     """Refuse a ``host:port`` nothing listens on at once: Ray itself retries such an address for minutes."""
     import socket
 
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or "://" in address:
-        return  # "auto", ray:// client addresses: left to Ray
     try:
-        socket.create_connection((host, int(port)), timeout=5).close()
+        socket.create_connection((host, port), timeout=5).close()
     except OSError as exc:
         raise ConfigError(
             f"cannot join Ray at {address}: nothing answers there ({exc.strerror or exc})", fix=fix
@@ -154,7 +200,7 @@ def _read_on_ray(ray: Any) -> Callable[..., stream._Read]:
             offset += rows.height
             if tick:
                 tick(rows.height)
-        keys = stream.Keys(spill.directory)
+        keys = stream.Keys(spill)
         if refs:
             want_raw = stream.wants_raw(cfg)
             ds = ray.data.from_arrow_refs(refs).map_batches(
@@ -341,13 +387,14 @@ def run(
     address: str | None = None,
 ) -> stream.Streamed:
     """The audit on Ray: the streaming engine's result, computed on the cluster."""
-    with connected(address) as ray:
-        spill = stream.Spill(spill_parent)
-        try:
-            return _run(ray, paths, cfg, sizes, spill, progress, spill_parent)
-        except BaseException:
-            spill.close()
-            raise
+    check_address(address)
+    spill = stream.Spill(spill_parent)  # a bad $TMPDIR fails before Ray starts
+    try:
+        with connected(address) as ray:
+            return _run(ray, paths, cfg, sizes, spill, progress)
+    except BaseException:
+        spill.close()
+        raise
 
 
 def _run(
@@ -357,7 +404,6 @@ def _run(
     sizes: stream.Sizes,
     spill: stream.Spill,
     progress: Callable[[str, int], Callable[[int], None]] | None,
-    spill_parent: str | None,
 ) -> stream.Streamed:
     """``run``'s stages on a connected Ray, in ``spill``."""
     workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
@@ -373,10 +419,13 @@ def _run(
         .groupby("run")
         .map_groups(_judge, fn_args=(ray.put(work),), batch_format="pyarrow")
     )
-    with tempfile.TemporaryDirectory(prefix="contrast-audit-ray-", dir=spill_parent) as out:
-        judged.write_parquet(out)
-        shards = sorted(Path(out).glob("*.parquet"))
-        found = pl.concat([pl.read_parquet(p) for p in shards]) if shards else pl.DataFrame(schema=_OUT)
+    try:  # inside the spill: where a directory could be made, and removed with it
+        with tempfile.TemporaryDirectory(prefix="contrast-audit-ray-", dir=spill.directory) as out:
+            judged.write_parquet(out)
+            shards = sorted(Path(out).glob("*.parquet"))
+            found = pl.concat([pl.read_parquet(p) for p in shards]) if shards else pl.DataFrame(schema=_OUT)
+    except OSError as exc:
+        raise spill.failed(exc) from exc
     if tick:
         tick(len(work.runs))
     findings = found.filter(pl.col("part") == "finding").drop("part")

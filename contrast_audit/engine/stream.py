@@ -26,6 +26,7 @@ the report), since no run sees the whole corpus. Embedding evidence, reference d
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -113,14 +114,16 @@ class Sizes:
         from contrast_audit.resources import BASE_BYTES, check_memory
 
         held = BASE_BYTES + shape.global_bytes()
-        check_memory(
-            held + shape.run_bytes_per_row() * MIN_RUN_ROWS,
-            self.limit,
-            f"streaming {shape.rows:,} rows",
-            where,
-            lambda share: f"audit the data in parts of at most {int(shape.rows * share):,} rows",
-        )
-        return int(min(MAX_RUN_ROWS, (self.limit - held) // shape.run_bytes_per_row()))
+        floor = shape.run_bytes_per_row() * MIN_RUN_ROWS  # a run's need does not shrink with the input
+        limit = self.limit
+
+        def parts(_share: float) -> str | None:
+            # The rows whose global state fits beside a run: splitting the input shrinks only that.
+            rows = (limit - BASE_BYTES - floor) // (GLOBAL_BYTES_PER_ROW + GLOBAL_BYTES_PER_SLOT * shape.width)
+            return f"audit the data in parts of at most {rows:,} rows" if rows >= 1 else None
+
+        check_memory(held + floor, limit, f"streaming {shape.rows:,} rows", where, parts)
+        return int(min(MAX_RUN_ROWS, (limit - held) // shape.run_bytes_per_row()))
 
 
 @dataclass(frozen=True)
@@ -153,36 +156,105 @@ def _host() -> str:
 def remove_stale_spills(root: Path) -> list[Path]:
     """Remove this host's spill directories in ``root`` whose process no longer runs (one killed with
     SIGKILL, which no cleanup survives). The host and process id are in the name: a concurrent run's is
-    left alone, and so is another host's (a container sharing the directory, with its own process ids)."""
-    from contrast_audit.io.atomic import pid_alive
+    left alone, and so is another host's (a container sharing the directory, with its own process ids).
+    A process id no process can have (0, negative, past the largest: ``io.atomic.stale_owner``) is stale;
+    a name whose id is not an ASCII integer (``²``) is not a spill of ours and is left."""
+    from contrast_audit.io.atomic import stale_owner
 
     removed: list[Path] = []
+    mine = re.compile(rf"{re.escape(SPILL_PREFIX + _host())}-(-?[^-]*)-.*", re.DOTALL)
     for path in root.glob(f"{SPILL_PREFIX}{_host()}-*-*"):
-        pid = path.name[len(SPILL_PREFIX) + len(_host()) + 1 :].split("-", 1)[0]
-        if path.is_dir() and pid.isdigit() and not pid_alive(int(pid)):
+        match = mine.fullmatch(path.name)
+        if match and path.is_dir() and stale_owner(match.group(1)):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
 
 
+_IN_MEMORY = "audit in memory (--engine memory, with a larger --max-memory or off if that is refused)"
+
+
+def spill_root(parent: str | None = None) -> tuple[Path, str]:
+    """The directory the spill goes in, and what named it: ``parent``, else ``$TMPDIR`` (or ``$TEMP``,
+    ``$TMP``) as set, else the system's temporary directory. A directory the user named is used or
+    refused, never swapped for another (``tempfile`` falls back to /tmp or the working directory)."""
+    if parent:
+        return Path(os.path.abspath(parent)), "the spill directory"
+    for name in ("TMPDIR", "TEMP", "TMP"):
+        value = os.environ.get(name)
+        if value:
+            return Path(os.path.abspath(value)), f"${name}"
+    try:
+        return Path(tempfile.gettempdir()), "the temporary directory"
+    except OSError as exc:  # no candidate is a directory this process can write
+        raise ConfigError(
+            f"the streaming engine found no usable temporary directory for its spill ({exc})",
+            fix=f"set TMPDIR to a directory you can write to, with room for the input's texts, or {_IN_MEMORY}",
+        ) from exc
+
+
+def _errno(exc: OSError) -> int | None:
+    """The error number of ``exc``, also from polars' messages (``... (os error 28)``), which carry none."""
+    if exc.errno is not None:
+        return exc.errno
+    found = re.search(r"\(os error (\d+)\)", str(exc))
+    return int(found.group(1)) if found else None
+
+
+def spill_error(root: Path, named: str, exc: OSError, creating: bool = False) -> ConfigError:
+    """The exit-2 error for a spill in ``root`` (as ``named``: ``$TMPDIR``…) that cannot be made or written."""
+    code = _errno(exc)
+    cause = exc.strerror or str(exc)
+    where = f"{root} ({named})"
+    full = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk quota is exceeded"}.get(code or -1)
+    if full is None and "requested and" in str(exc):  # numpy's short write ("12000 requested and 8176 written")
+        full = f"a short write: {exc}"
+    if full is not None:
+        return ConfigError(
+            f"the streaming engine's spill in {where} ran out of space ({full})",
+            fix=f"free some space there, set TMPDIR to a directory with room for the input's texts, or {_IN_MEMORY}",
+        )
+    if creating:
+        return ConfigError(
+            f"the streaming engine cannot create its spill in {where}: {cause}",
+            fix=f"set TMPDIR to an existing directory you can write to, with room for the input's texts, "
+            f"or {_IN_MEMORY}",
+        )
+    return ConfigError(
+        f"writing the streaming engine's spill in {where} failed: {cause}",
+        fix=f"set TMPDIR to a directory you can write to, with room for the input's texts, or {_IN_MEMORY}",
+    )
+
+
 class Spill:
-    """The input's texts on disk: one Arrow IPC file per chunk of rows, read back by row."""
+    """The input's texts on disk: one Arrow IPC file per chunk of rows, read back by row. A spill that
+    cannot be made or written (a missing or read-only ``$TMPDIR``, a full disk) is a ``ConfigError``."""
 
     def __init__(self, parent: str | None = None) -> None:
-        root = Path(parent or tempfile.gettempdir())
-        remove_stale_spills(root)
-        # Removed with this object (or at exit): a report written after the audit still reads texts.
-        self._dir = tempfile.TemporaryDirectory(prefix=f"{SPILL_PREFIX}{_host()}-{os.getpid()}-", dir=root)
+        self.root, self._named = spill_root(parent)
+        try:
+            remove_stale_spills(self.root)
+            # Removed with this object (or at exit): a report written after the audit still reads texts.
+            self._dir = tempfile.TemporaryDirectory(prefix=f"{SPILL_PREFIX}{_host()}-{os.getpid()}-", dir=self.root)
+        except OSError as exc:
+            raise spill_error(self.root, self._named, exc, creating=True) from exc
         self.directory = Path(self._dir.name)
         self.starts: list[int] = [0]
 
     def close(self) -> None:
         self._dir.cleanup()
 
+    def failed(self, exc: OSError) -> ConfigError:
+        """The error for a write into this spill that failed with ``exc``."""
+        return spill_error(self.root, self._named, exc)
+
     def write(self, rows: pl.DataFrame) -> None:
-        rows.select(*TEXT_COLUMNS, "group").write_ipc(
-            self._path(len(self.starts) - 1), compression="uncompressed", compat_level=pl.CompatLevel.oldest()
-        )
+        try:
+            rows.select(*TEXT_COLUMNS, "group").write_ipc(
+                self._path(len(self.starts) - 1), compression="uncompressed", compat_level=pl.CompatLevel.oldest()
+            )
+        except OSError as exc:
+            raise self.failed(exc) from exc
         self.starts.append(self.starts[-1] + rows.height)
 
     def _path(self, i: int) -> Path:
@@ -319,8 +391,9 @@ class Keys:
     """The per-row keys of every chunk (``row_keys``), on disk until the texts are numbered, so that
     reading holds one chunk's keys at a time; the rows' content hashes stay in memory."""
 
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
+    def __init__(self, spill: Spill) -> None:
+        self.spill = spill
+        self.directory = spill.directory
         self.parts: list[tuple[int, int, int]] = []  # first row, rows, slots
         self._row_hashes: list[tuple[int, np.ndarray]] = []
         self.raw = False
@@ -332,10 +405,13 @@ class Keys:
     ) -> None:
         self.texts += int((hashes != 0).any(axis=2).sum())
         self.text_bytes += text_bytes
-        np.save(self._path("keys", first), hashes)
-        if raw is not None:
-            np.save(self._path("raw", first), raw)
-            self.raw = True
+        try:
+            np.save(self._path("keys", first), hashes)
+            if raw is not None:
+                np.save(self._path("raw", first), raw)
+        except OSError as exc:  # a full disk: "12000 requested and 8176 written"
+            raise self.spill.failed(exc) from exc
+        self.raw = self.raw or raw is not None
         self.parts.append((first, hashes.shape[0], hashes.shape[1]))
         self._row_hashes.append((first, row_hash))
 
@@ -436,7 +512,7 @@ def read_input(
     """Pass over the input once, spilling texts and keeping the per-row keys."""
     chunks = iter_row_chunks(list(paths), cfg.mapping, cfg.on_bad_row, cfg.normalise, cfg.delimiter, chunk_rows)
     metas: list[pl.DataFrame] = []
-    keys = Keys(spill.directory)
+    keys = Keys(spill)
     first = 0
     for chunk in chunks:
         rows = chunk.rows

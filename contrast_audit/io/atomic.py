@@ -31,8 +31,10 @@ from __future__ import annotations
 import atexit
 import errno
 import os
+import re
 import signal
 import stat
+import sys
 import tempfile
 import threading
 from collections.abc import Iterable
@@ -105,14 +107,49 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
 
 
+# The largest process id there can be: Linux's PID_MAX_LIMIT (2^22), elsewhere what a pid_t holds.
+PID_MAX = 1 << 22 if sys.platform.startswith("linux") else (1 << 31) - 1
+_PID_TEXT = re.compile(r"-?[0-9]+")
+
+
+def parse_pid(text: str) -> int | None:
+    """The process id written in a file name (a temporary's, a spill's), or None when ``text`` is not an
+    ASCII integer (``²``, ``٣``, ``+1``, ``""``): not a name this package writes, so not ours to remove.
+    An integer too long for any process id reads as one past ``PID_MAX``, never as an error."""
+    if not _PID_TEXT.fullmatch(text):  # not isdigit(): "²" passes it and int() refuses it
+        return None
+    sign = -1 if text.startswith("-") else 1
+    digits = text.lstrip("-").lstrip("0") or "0"
+    if len(digits) > len(str(PID_MAX)):  # int() of thousands of digits raises; no pid has them
+        return sign * (PID_MAX + 1)
+    return sign * int(digits)
+
+
 def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host (or may: one we are not allowed to signal). Ids no
+    process can have, 0 (``kill`` would signal our own process group), negative ones (a group, or every
+    process) and those above ``PID_MAX``, are never alive."""
+    if not 0 < pid <= PID_MAX:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
+    except (OverflowError, ValueError):  # an id the platform's pid_t cannot hold
+        return False
+    except OSError:
+        return True  # cannot tell: keep what may be a live run's
     return True
+
+
+def stale_owner(pid_text: str) -> bool:
+    """Whether a name whose process id field is ``pid_text`` was left by a process that no longer runs:
+    an integer id that is not alive (0, negative, past ``PID_MAX``, or gone). Anything else is not a
+    name this package writes, and is left alone."""
+    pid = parse_pid(pid_text)
+    return pid is not None and not pid_alive(pid)
 
 
 FIFO_WAIT_S = 10.0  # how long an output FIFO may stay without a reader before it is refused
@@ -129,7 +166,7 @@ def _temp_stem(name: str) -> str:
 
 
 def remove_stale_temporaries(target: Path) -> list[Path]:
-    """Remove ``.NAME.PID.*.tmp`` files beside ``target`` whose process no longer runs."""
+    """Remove ``.NAME.PID.*.tmp`` files beside ``target`` whose process no longer runs (``stale_owner``)."""
     removed: list[Path] = []
     prefix = f".{_temp_stem(target.name)}."
     try:
@@ -140,8 +177,7 @@ def remove_stale_temporaries(target: Path) -> list[Path]:
         name = entry.name
         if not (name.startswith(prefix) and name.endswith(".tmp")):
             continue
-        pid_text = name[len(prefix) :].split(".", 1)[0]
-        if not pid_text.isdigit() or pid_alive(int(pid_text)):
+        if not stale_owner(name[len(prefix) :].split(".", 1)[0]):
             continue
         try:
             os.unlink(entry.path)

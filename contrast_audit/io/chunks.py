@@ -549,6 +549,10 @@ class _SeenIds:
 
 
 def _explode_position(ident: str) -> int:
-    """The ``k`` of an id ``base#k`` (rows of one line, one per positive, come in ``k`` order)."""
+    """The ``k`` of an id ``base#k`` (rows of one line, one per positive, come in ``k`` order). Only the
+    loader writes ``#k`` with more than one row per line, a small ASCII number; any other ending (``#²``,
+    ``#`` and 5,000 digits, which ``int()`` refuses) is an id of one row, whose position is 0."""
     _, sep, k = ident.rpartition("#")
-    return int(k) if sep and k.isdigit() else 0
+    if not (sep and k.isascii() and k.isdecimal()) or len(k) > 18:  # not isdigit(): "²" passes it
+        return 0
+    return int(k)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -9,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 from engine_cases import PLANS, case_config, case_rows, scan_report
 from support import write_jsonl
@@ -70,11 +72,18 @@ def test_a_baseline_marks_the_same_findings(data: Path, tmp_path: Path) -> None:
         ["scan", str(old), "--no-embeddings", "--negative", "negatives", "--group", "group"]
         + ["--format", "json", "--output", str(tmp_path / "base.json")],
     )
+    # Repeats of old rows: the stream engine finds the exact ones only (tests/test_repeats.py), so the
+    # reports are compared without them, and the exact repeats apart.
     base = ["--baseline", str(tmp_path / "base.json")]
-    memory = scan_report(data, tmp_path / "memory.json", "--engine", "memory", *base)
-    streamed = scan_report(data, tmp_path / "stream.json", "--engine", "stream", *base)
+    memory = scan_report(data, tmp_path / "memory.json", "--engine", "memory", *base, "--no-repeats")
+    streamed = scan_report(data, tmp_path / "stream.json", "--engine", "stream", *base, "--no-repeats")
     assert memory["counts"]["in_baseline"]["findings"] > 0
     assert streamed == memory
+    memory = scan_report(data, tmp_path / "memory.json", "--engine", "memory", *base)
+    streamed = scan_report(data, tmp_path / "stream.json", "--engine", "stream", *base)
+    exact = [o for o in memory["overlaps"] if [e["kind"] for e in o["evidence"]] == ["exact"]]
+    assert exact and streamed["overlaps"] == exact
+    assert streamed["findings"] == memory["findings"]
 
 
 def test_auto_streams_what_does_not_fit(data: Path) -> None:
@@ -191,3 +200,95 @@ def test_a_text_s_first_spelling_is_the_whole_input_s_in_every_run(tmp_path: Pat
         assert memory.findings.equals(streamed.judgement.findings), seed
         found += memory.findings.height
     assert found  # some seed puts the two spellings in one batch
+
+
+@pytest.mark.parametrize(
+    ("pid", "removed"),
+    [
+        ("²", False),  # isdigit() is True, int() refused it: every streamed scan on the host failed (exit 3)
+        ("٣", False),  # a decimal digit, not ASCII: not a spill of ours
+        ("12345678901234567890", True),  # int() takes it, os.kill raised OverflowError (exit 3)
+        ("9" * 200, True),
+        ("0", True),  # kill(0, 0) signals our own group: such a spill was never removed
+        ("-5", True),
+    ],
+)
+def test_spills_whose_pid_no_process_can_have(tmp_path: Path, pid: str, removed: bool) -> None:
+    odd = tmp_path / f"{stream.SPILL_PREFIX}{stream._host()}-{pid}-abc"
+    odd.mkdir()
+    spill = stream.Spill(str(tmp_path))
+    assert odd.exists() is not removed and spill.directory.exists()
+    spill.close()
+
+
+@pytest.mark.parametrize("suffix", ["#²", "#" + "7" * 5000], ids=["superscript two", "5,000 digits"])
+def test_a_repeated_id_with_an_odd_number_is_located_by_both_engines(tmp_path: Path, suffix: str) -> None:
+    rows = [{"id": f"r{i}", "anchor": f"query {i}", "positive": f"answer {i}"} for i in range(6)]
+    rows[1]["id"] = rows[4]["id"] = f"x{suffix}"
+    data = write_jsonl(tmp_path / "pairs.jsonl", rows)
+    said = {}
+    for engine in ("memory", "stream"):
+        result = CliRunner().invoke(app, ["scan", str(data), "--no-embeddings", "--engine", engine, "-q"])
+        assert result.exit_code == 2, result.output
+        said[engine] = result.output
+    assert said["stream"] == said["memory"]
+    assert f"pairs.jsonl:5: id 'x{suffix}' repeats the id of {data}:2" in said["stream"]
+
+
+def _spill_left(directory: Path) -> list[Path]:
+    return list(directory.glob(f"{stream.SPILL_PREFIX}*"))
+
+
+@pytest.mark.parametrize("where", ["missing", "under a file"])
+@pytest.mark.parametrize("engine", ["stream", "auto"])
+def test_a_tmpdir_that_cannot_hold_the_spill_is_a_clear_error(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, engine: str
+) -> None:
+    # Root writes into read-only directories: a path under a regular file is refused to everyone.
+    (tmp_path / "a-file").write_text("x")
+    tmpdir = tmp_path / ("missing" if where == "missing" else "a-file/sub")
+    monkeypatch.setenv("TMPDIR", str(tmpdir))
+    flags = ["--engine", engine] + (["--max-memory", "1M"] if engine == "auto" else [])  # auto: streamed
+    result = CliRunner().invoke(app, ["scan", str(data), "--no-embeddings", *flags, "-q"])
+    assert result.exit_code == 2, result.output
+    assert f"cannot create its spill in {tmpdir} ($TMPDIR)" in result.output
+    assert "set TMPDIR to an existing directory" in result.output and "--engine memory" in result.output
+
+
+@pytest.mark.parametrize(
+    ("target", "error"),
+    [
+        ("polars", OSError("No space left on device (os error 28)")),  # polars' errors carry no errno
+        ("numpy", OSError("12000 requested and 8176 written")),  # numpy's short write on a full disk
+        ("numpy", OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))),
+    ],
+)
+def test_a_full_tmpdir_is_a_clear_error_and_leaves_no_spill(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str, error: OSError
+) -> None:
+    def full(*args, **kwargs):
+        raise error
+
+    if target == "polars":
+        monkeypatch.setattr(pl.DataFrame, "write_ipc", full)
+    else:
+        monkeypatch.setattr(stream.np, "save", full)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    result = CliRunner().invoke(app, ["scan", str(data), "--no-embeddings", "--engine", "stream", "-q"])
+    assert result.exit_code == 2, result.output
+    assert f"the streaming engine's spill in {tmp_path} ($TMPDIR) ran out of space" in result.output
+    assert "free some space there, set TMPDIR to a directory with room" in result.output
+    assert _spill_left(tmp_path) == []
+
+
+def test_another_write_error_of_the_spill_says_what_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args, **kwargs):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(stream.np, "save", broken)
+    spill = stream.Spill(str(tmp_path))
+    try:
+        with pytest.raises(ConfigError, match=r"writing the streaming engine's spill in .* failed: Input/output error"):
+            stream.Keys(spill).add(0, np.zeros((1, 2, 2), np.uint64), None, np.zeros(1, np.uint64))
+    finally:
+        spill.close()

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from contrast_audit.errors import ConfigError
+from contrast_audit.io import atomic
 from contrast_audit.io.atomic import OutputTarget, check_output_dir, remove_stale_temporaries, write_atomic
 
 
@@ -291,6 +292,36 @@ class TestOutputNames:
         message = info.value.render()
         assert "file name is 305 bytes long" in message and "shorter file name" in message
         assert "cannot write in" not in message
+
+    @pytest.mark.parametrize(
+        ("pid", "stale"),
+        [
+            ("²", False),  # isdigit() is True, int() refuses it: not a name of ours, left alone
+            ("٣", False),  # an Arabic-Indic three: a decimal, but not ASCII
+            ("", False),
+            ("12345678901234567890", True),  # int() takes it, os.kill raised OverflowError: no process has it
+            ("9" * 200, True),
+            ("0", True),  # kill(0, 0) signals our own group: never a live owner
+            ("-5", True),
+            (str(atomic.PID_MAX + 1), True),
+        ],
+    )
+    def test_temporaries_whose_pid_no_process_can_have(self, tmp_path: Path, pid: str, stale: bool) -> None:
+        target = tmp_path / "r.json"
+        leftover = tmp_path / f".r.json.{pid}.abcd1234.tmp"
+        leftover.write_text("partial")
+        with OutputTarget(target, option="--output") as out:  # removes stale temporaries first
+            out.write("{}\n")
+        assert target.read_text() == "{}\n"
+        assert leftover.exists() is not stale
+
+    def test_pid_alive_is_false_for_ids_no_process_can_have(self) -> None:
+        assert atomic.pid_alive(os.getpid())
+        for pid in (0, -1, -os.getpid(), atomic.PID_MAX + 1, 10**19, 10**30):
+            assert not atomic.pid_alive(pid), pid
+        texts = ("42", "007", "-3", "²", "٣", "+1", "4 2", "")
+        assert [atomic.parse_pid(t) for t in texts] == [42, 7, -3, None, None, None, None, None]
+        assert atomic.parse_pid("1" * 5000) == atomic.PID_MAX + 1  # never int() of 5,000 digits
 
     def test_a_symlink_loop_says_so(self, tmp_path: Path) -> None:
         (tmp_path / "loop").symlink_to(tmp_path / "loop")
