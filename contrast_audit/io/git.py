@@ -17,7 +17,9 @@ def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
             ["git", *args], cwd=cwd, capture_output=True, timeout=GIT_TIMEOUT_S, stdin=subprocess.DEVNULL, check=False
         )
     except FileNotFoundError:
-        raise ConfigError("--since needs git, which is not installed", fix="install git, or pass --baseline REPORT.json") from None
+        raise ConfigError(
+            "--since needs git, which is not installed", fix="install git, or pass --baseline REPORT.json"
+        ) from None
     except subprocess.TimeoutExpired:
         raise ConfigError(
             f"git did not answer within {GIT_TIMEOUT_S} s", fix="check the repository, or pass --baseline REPORT.json"

@@ -148,7 +148,9 @@ def test_step_summary_reports_gate_and_new_results(data: Path):
     # The verdict first, then what counts, then the counts.
     assert text.index("Gate:") < text.index("### New repeats") < text.index("### New findings")
     assert text.index("### New findings") < text.index("| result | new | baseline |")
-    assert "| Mislabelled hard negative |" in text and "| In-batch false negative (suspect) |" not in text  # no zero rows
+    assert (
+        "| Mislabelled hard negative |" in text and "| In-batch false negative (suspect) |" not in text
+    )  # no zero rows
     assert "Gate: no `--fail-on`" in step_summary(lexical_result(data), None)
 
 
