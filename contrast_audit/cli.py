@@ -194,7 +194,7 @@ SamplerOpt = Annotated[
     Sampler | None, _opt("sentence-transformers batch sampler to reproduce.  \\[default: random]", "Batch plan")
 ]
 PlanFile = Annotated[
-    Path | None,
+    str | None,  # a str, not a Path: an empty name stays empty and is refused (config._NOT_EMPTY)
     _opt('A plan exported from your own loop: JSONL, {"rows": [id, ...]} per batch.', "Batch plan", "--plan"),
 ]
 Directions = Annotated[
@@ -305,7 +305,7 @@ Precision = Annotated[
     ),
 ]
 CacheDir = Annotated[
-    Path | None,
+    str | None,  # a str, not a Path: an empty name stays empty and is refused (config._NOT_EMPTY)
     _opt("Embedding cache directory.  \\[default: $CONTRAST_AUDIT_CACHE_DIR or ~/.cache/contrast-audit]", "Embeddings"),
 ]
 UseCache = Annotated[
@@ -524,7 +524,7 @@ Repeats = Annotated[
     ),
 ]
 IndexDir = Annotated[
-    Path | None,
+    str | None,  # a str, not a Path: an empty name stays empty and is refused (config._NOT_EMPTY)
     _opt(
         "Directory of the reference index (signatures and embeddings of reference texts, by text hash); cache it "
         "between CI runs.  \\[default: index/ under the cache directory]",
@@ -536,7 +536,7 @@ UseIndex = Annotated[
     _opt("Read and write the reference index.  \\[default: on]", "Reference data", "--use-index/--no-index"),
 ]
 BaselineOpt = Annotated[
-    Path | None,
+    str | None,  # a str, not a Path: an empty name stays empty and is refused (config._NOT_EMPTY)
     _opt(
         "A JSON report of an earlier scan: what it already holds is marked baseline and not counted by the gate.",
         "Gate",

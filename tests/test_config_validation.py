@@ -257,3 +257,16 @@ class TestSettingsThatWereSilentlyIgnored:
             AuditConfig(ray_address="auto")
         assert AuditConfig(engine="ray", ray_address="auto").ray_address == "auto"
         assert build_config({"engine": "ray", "ray_address": "head:6379"}).ray_address == "head:6379"
+
+
+
+@pytest.mark.parametrize("flag", ["--plan", "--baseline", "--cache-dir", "--index"])
+def test_an_empty_path_flag_is_refused_by_name(flag, tmp_path):
+    from typer.testing import CliRunner
+
+    from contrast_audit.cli import app
+
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"anchor": "a", "positive": "b"}\n', encoding="utf-8")
+    done = CliRunner().invoke(app, ["scan", str(data), "--no-embeddings", flag, "", "-q"])
+    assert done.exit_code == 2 and f"{flag} is '', an empty name" in done.output
