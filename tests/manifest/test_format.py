@@ -349,11 +349,18 @@ class TestTamperedManifests:
             ("[0, true]", "bad entry [0, true]"),
         ],
     )
-    def test_entry_roles_are_in_range(self, made, entry, needle):
+    @staticmethod
+    def scan_with_batch(made, batch_line: str):
+        """``scan --plan`` with the manifest's batch line replaced: the run, and the manifest's path."""
         data, path = made
         header = path.read_text().splitlines()[0]
-        path.write_text(header + '\n{"rows": ["c0-0", "c0-1"], "mask": {"query_to_doc": [' + entry + "]}}\n")
-        result = CliRunner().invoke(app, ["scan", str(data), "--plan", str(path), "-q", *LEXICAL])
+        path.write_text(header + "\n" + batch_line + "\n")
+        return CliRunner().invoke(app, ["scan", str(data), "--plan", str(path), "-q", *LEXICAL]), path
+
+    def test_entry_roles_are_in_range(self, made, entry, needle):
+        result, path = self.scan_with_batch(
+            made, '{"rows": ["c0-0", "c0-1"], "mask": {"query_to_doc": [' + entry + "]}}"
+        )
         assert result.exit_code == 2, result.output
         assert f"{path}:2: bad entry" in result.stderr and needle in result.stderr, result.stderr
 
@@ -384,10 +391,7 @@ class TestTamperedManifests:
         ],
     )
     def test_messages_spell_json_as_json(self, made, batch_line, needle):
-        data, path = made
-        header = path.read_text().splitlines()[0]
-        path.write_text(header + "\n" + batch_line + "\n")
-        result = CliRunner().invoke(app, ["scan", str(data), "--plan", str(path), "-q", *LEXICAL])
+        result, path = self.scan_with_batch(made, batch_line)
         assert result.exit_code == 2, result.output
         assert f"{path}:2:" in result.stderr and needle in result.stderr, result.stderr
         for python in ("None", "True", "False", "'c0-0'", "dict", "list"):
