@@ -336,6 +336,14 @@ class TestTamperedManifests:
         assert result.exit_code == 2, result.output
         assert f"{path}:2:" in result.stderr and needle in result.stderr, result.stderr
 
+    @staticmethod
+    def scan_with_batch(made, batch_line: str):
+        """``scan --plan`` with the manifest's batch line replaced: the run, and the manifest's path."""
+        data, path = made
+        header = path.read_text().splitlines()[0]
+        path.write_text(header + "\n" + batch_line + "\n")
+        return CliRunner().invoke(app, ["scan", str(data), "--plan", str(path), "-q", *LEXICAL]), path
+
     @pytest.mark.parametrize(
         ("entry", "needle"),
         [
@@ -349,14 +357,6 @@ class TestTamperedManifests:
             ("[0, true]", "bad entry [0, true]"),
         ],
     )
-    @staticmethod
-    def scan_with_batch(made, batch_line: str):
-        """``scan --plan`` with the manifest's batch line replaced: the run, and the manifest's path."""
-        data, path = made
-        header = path.read_text().splitlines()[0]
-        path.write_text(header + "\n" + batch_line + "\n")
-        return CliRunner().invoke(app, ["scan", str(data), "--plan", str(path), "-q", *LEXICAL]), path
-
     def test_entry_roles_are_in_range(self, made, entry, needle):
         result, path = self.scan_with_batch(
             made, '{"rows": ["c0-0", "c0-1"], "mask": {"query_to_doc": [' + entry + "]}}"
