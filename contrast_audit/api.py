@@ -14,7 +14,7 @@ import polars as pl
 
 from contrast_audit import engine, resources
 from contrast_audit._version import __version__
-from contrast_audit.baseline import Baseline, overlap_rows, read_baseline, row_hashes, scanned_targets
+from contrast_audit.baseline import Baseline, corpus_row_hashes, overlap_rows, read_baseline, scanned_targets
 from contrast_audit.config import AuditConfig, PlanConfig
 from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, Corpus, build_corpus, role_name
 from contrast_audit.errors import ConfigError
@@ -216,9 +216,7 @@ class AuditResult:
         """Each row's content hash (``baseline.row_hashes``): how a later ``--baseline`` tells old rows
         from new ones, whatever their ids or lines."""
         if self._row_hashes is None:
-            c = self.corpus
-            tids = np.concatenate([c.anchor[:, None], c.positive[:, None], c.negatives], axis=1)
-            self._row_hashes = row_hashes(c.texts.get_column("norm"), tids, c.rows.get_column("group"))
+            self._row_hashes = corpus_row_hashes(self.corpus)
         return self._row_hashes
 
     def text_hashes(self, tids: pl.Series) -> pl.Series:
@@ -530,9 +528,7 @@ def baseline_at(rev: str, files: list[str], cfg: AuditConfig) -> Baseline:
             keys = result.overlaps_table().select(OVERLAP_KEY).cast(pl.String).unique()
             return Baseline(where, from_hex(result.row_hashes().to_list()), keys)
         loaded = load_rows(base_files, cfg.mapping, "skip", cfg.normalise, cfg.delimiter)
-        corpus = build_corpus(loaded.rows, cfg.normalise)
-        tids = np.concatenate([corpus.anchor[:, None], corpus.positive[:, None], corpus.negatives], axis=1)
-        hashes = row_hashes(corpus.texts.get_column("norm"), tids, corpus.rows.get_column("group"))
+        hashes = corpus_row_hashes(build_corpus(loaded.rows, cfg.normalise))
         return Baseline(where, from_hex(hashes.to_list()), no_keys)
 
 
@@ -618,9 +614,9 @@ def _in_memory(
             targets.append(distinct_targets("eval", texts, cfg, files))
         parts.append(find_overlaps(corpus, is_new, targets, cfg, store=store, progress=progress))
     repeats = None
-    if baseline is not None and ref.repeats:
+    fresh = baseline.new_rows(result.row_hashes()) & is_new if baseline is not None else None
+    if fresh is not None and ref.repeats:
         # A new row that repeats an old row of the same data is an overlap with it, whatever the batches.
-        fresh = baseline.new_rows(result.row_hashes()) & is_new
         old = ~fresh & is_new  # --with-existing reference rows are --against's
         repeats = {"new_rows": int(fresh.sum()), "existing_rows": int(old.sum())}
         if fresh.any() and old.any():
@@ -633,7 +629,7 @@ def _in_memory(
     if repeats is not None:
         result.overlap_info["repeats"] = repeats
     if baseline is not None:
-        mark_baseline(result, baseline)
+        mark_baseline(result, baseline, fresh)
     return result
 
 
@@ -659,9 +655,9 @@ def _streamed(
     result._row_hashes = s.row_hashes
     plan_notes = plan_warnings(cfg, s.corpus.n_rows, s.plan, n_sets, s.judgement.candidates)
     result.warnings = [*s.loaded.warnings, *plan_notes]
-    if baseline is not None and cfg.reference.repeats:
+    fresh = baseline.new_rows(result.row_hashes()) if baseline is not None else None
+    if fresh is not None and cfg.reference.repeats:
         # Texts stay on disk: repeats of old rows by text id, exact ones (near ones need the in-memory engine).
-        fresh = baseline.new_rows(result.row_hashes())
         found = exact_repeats(s.corpus, fresh, ~fresh)
         result.overlaps, result.overlap_texts = found.overlaps, found.texts
         result.overlap_info = {"repeats": {"new_rows": int(fresh.sum()), "existing_rows": int((~fresh).sum())}}
@@ -670,19 +666,18 @@ def _streamed(
             "rows only; near repeats need the in-memory engine (--engine memory, with --max-memory to allow it)"
         )
     if baseline is not None:
-        mark_baseline(result, baseline)
+        mark_baseline(result, baseline, fresh)
     return result
 
 
-def mark_baseline(result: AuditResult, baseline: Baseline) -> None:
+def mark_baseline(result: AuditResult, baseline: Baseline, fresh: np.ndarray) -> None:
     """Flag what ``baseline`` already holds (``baseline`` module: a finding is new when a row on either
-    side is new), and count candidates over the pairs with a new row, so that ``fn_rate`` and the
-    per-source rates divide what counts by what could."""
+    side is new; ``fresh``: the rows it lacks, ``Baseline.new_rows``), and count candidates over the pairs
+    with a new row, so that ``fn_rate`` and the per-source rates divide what counts by what could."""
     result.baseline_file = baseline.path
     rows = result.corpus.rows
-    fresh = baseline.new_rows(result.row_hashes())
     if "is_new" in rows.columns:  # --with-existing: the reference rows are never new
-        fresh &= rows.get_column("is_new").to_numpy()
+        fresh = fresh & rows.get_column("is_new").to_numpy()
     result.new_rows = fresh
     keep = pl.Series(fresh)
     j = result.judgement
@@ -692,7 +687,6 @@ def mark_baseline(result: AuditResult, baseline: Baseline) -> None:
     )
     j.mislabelled = j.mislabelled.with_columns((~keep.gather(j.mislabelled.get_column("anchor_row"))).alias("baseline"))
     o = result.overlaps
-    rows = rows.with_columns(pl.col("file").cast(pl.String))  # categorical in a streamed corpus
     at = overlap_rows(rows, o)
     row_new = np.where(at >= 0, fresh[np.maximum(at, 0)], True) if fresh.size else np.ones(o.height, bool)
     flags = baseline.mark_overlaps(result.overlaps_table(), row_new, scanned_targets(rows, o))

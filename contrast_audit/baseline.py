@@ -22,13 +22,16 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 
 from contrast_audit.errors import InputError
 from contrast_audit.io.readers import STDIN, read_bytes
+
+if TYPE_CHECKING:
+    from contrast_audit.corpus import Corpus
 
 OVERLAP_KEY = ("role", "target", "target_role", "text_hash", "target_text_hash")
 
@@ -58,6 +61,12 @@ def row_hashes(norms: pl.Series, tids: np.ndarray, groups: pl.Series) -> pl.Seri
     ids into ``norms`` (the normalised texts), -1 where a row has fewer negatives; ``groups`` the rows'
     group values (null: none)."""
     return hex_hashes(row_hash_values(norms, tids, groups))
+
+
+def corpus_row_hashes(corpus: Corpus) -> pl.Series:
+    """:func:`row_hashes` of every row of an in-memory corpus."""
+    tids = np.concatenate([corpus.anchor[:, None], corpus.positive[:, None], corpus.negatives], axis=1)
+    return row_hashes(corpus.texts.get_column("norm"), tids, corpus.rows.get_column("group"))
 
 
 def hex_hashes(values: np.ndarray) -> pl.Series:
@@ -242,7 +251,9 @@ def overlap_rows(rows: pl.DataFrame, overlaps: pl.DataFrame) -> np.ndarray:
     if overlaps.height == 0:
         return np.zeros(0, dtype=np.int64)
     index = rows.select(
-        "file", pl.col("line").cast(pl.Int64), pl.int_range(pl.len(), dtype=pl.Int64).alias("_row")
+        pl.col("file").cast(pl.String),  # categorical in a streamed corpus
+        pl.col("line").cast(pl.Int64),
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("_row"),
     ).unique(["file", "line"], keep="first")
     joined = overlaps.select("file", pl.col("line").cast(pl.Int64)).join(
         index, on=["file", "line"], how="left", maintain_order="left"
@@ -250,4 +261,12 @@ def overlap_rows(rows: pl.DataFrame, overlaps: pl.DataFrame) -> np.ndarray:
     return joined.get_column("_row").fill_null(-1).to_numpy()
 
 
-__all__ = ["OVERLAP_KEY", "Baseline", "overlap_rows", "read_baseline", "row_hashes", "scanned_targets"]
+__all__ = [
+    "OVERLAP_KEY",
+    "Baseline",
+    "corpus_row_hashes",
+    "overlap_rows",
+    "read_baseline",
+    "row_hashes",
+    "scanned_targets",
+]

@@ -18,6 +18,16 @@ ANCHOR_ROLE = -1  # candidate role codes: -1 anchor (query), 0 positive, k >= 1 
 POSITIVE_ROLE = 0
 
 
+def role_codes(names: pl.Series) -> np.ndarray:
+    """Role names (``anchor``, ``positive``, ``negative_k``) as role codes, the inverse of :func:`role_name`;
+    a name that is none of them reads as the positive."""
+    codes = names.replace_strict(
+        {"anchor": ANCHOR_ROLE, "positive": POSITIVE_ROLE}, default=None, return_dtype=pl.Int64
+    )
+    negative = names.str.extract(r"^negative_(\d+)$").cast(pl.Int64)
+    return codes.fill_null(negative).fill_null(POSITIVE_ROLE).to_numpy()
+
+
 def role_name(code: int) -> str:
     if code == ANCHOR_ROLE:
         return "anchor"

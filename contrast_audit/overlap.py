@@ -29,8 +29,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from contrast_audit.baseline import overlap_rows
 from contrast_audit.config import AuditConfig, ColumnMapping
-from contrast_audit.corpus import Corpus, role_name
+from contrast_audit.corpus import Corpus, role_codes, role_name
 from contrast_audit.embed import (
     VECTOR_DTYPE,
     EmbeddingCache,
@@ -781,18 +782,11 @@ def merge_overlaps(rows: pl.DataFrame, parts: Sequence[OverlapResult]) -> Overla
     if len(parts) == 1:
         return OverlapResult(parts[0].overlaps, parts[0].texts, info)
     both = pl.concat([pl.concat([p.overlaps, p.texts], how="horizontal") for p in parts])
-    index = rows.select("file", pl.col("line").cast(pl.Int64), pl.int_range(pl.len(), dtype=pl.Int64).alias("_row"))
     kind = {k: i for i, k in enumerate(TARGETS)}
-    role = pl.col("role")
     merged = (
-        both.join(index.unique(["file", "line"], keep="first"), on=["file", "line"], how="left", maintain_order="left")
-        .with_columns(
-            pl.when(role == "anchor")
-            .then(-1)
-            .when(role == "positive")
-            .then(0)
-            .otherwise(role.str.extract(r"(\d+)$").cast(pl.Int64, strict=False))
-            .alias("_role"),
+        both.with_columns(
+            pl.Series("_row", overlap_rows(rows, both)),
+            pl.Series("_role", role_codes(both.get_column("role"))),
             pl.col("target").replace_strict(kind, return_dtype=pl.Int64).alias("_k"),
             pl.col("evidence").list.eval(pl.element().struct.field("score")).list.max().alias("_score"),
         )

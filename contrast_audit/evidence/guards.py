@@ -20,7 +20,8 @@ apply them to matches scoring at or above it (texts a sentence vector calls near
 guard tells apart; docs/quality.md measures it on the judged set).
 
 Every guard has a ``name`` and measures each comparison it reads (``measure``: the value and the bar it
-is held to), so a vetoed match can say which guard vetoed it and with what numbers (``explain.py``).
+is held to), so a vetoed match can say which guard vetoed it and with what numbers (a finding's
+``why_not``: ``judge``; an alleged negative's: ``negatives``).
 """
 
 from __future__ import annotations
@@ -67,9 +68,9 @@ class Guard(Protocol):
 class Guarded:
     """A semantic detector whose matches are dropped where any guard vetoes them. With a
     ``near_identical`` bar, the soft guards (word order, alignment) leave matches scoring at or above
-    it alone (a soft guard's ``spares`` may keep some: the word-order guard still reads two texts
-    that are one permutation of the same words); their severity rule says so. Each vetoed match is recorded in the hits' ``vetoed`` (the
-    index of the first guard that vetoed it, in ``guards``)."""
+    it alone (a soft guard's ``spares`` says which: the word-order guard still reads two texts that are
+    the same words, all but two, in another order); their severity rule says so. Each vetoed match is
+    recorded in the hits' ``vetoed`` (the index of the first guard that vetoed it, in ``guards``)."""
 
     NEAR_IDENTICAL_RULE = "near-identical (word order and alignment not applied)"
 
@@ -469,7 +470,7 @@ class NegationGuard(_PairwiseGuard):
         self.max_words = max_words
 
     def _prepare(self, corpus: Corpus) -> None:
-        self.negated = corpus.texts.get_column("norm").map_elements(negated, return_dtype=pl.Boolean).to_numpy()
+        self.negated = corpus.texts.get_column("norm").str.contains(_NEGATION.pattern).to_numpy()
 
     def fails(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
         return self.negated[u] != self.negated[v]

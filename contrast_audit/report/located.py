@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from contrast_audit.api import AuditResult
-from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE
+from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, role_codes
 
 
 @dataclass(frozen=True)
@@ -140,14 +140,6 @@ def has_lines(path: str | None) -> bool:
     return path is not None and PurePath(path).suffix.lower() not in (".parquet", ".pq")
 
 
-def _role_code(names: pl.Series) -> np.ndarray:
-    codes = names.replace_strict(
-        {"anchor": ANCHOR_ROLE, "positive": POSITIVE_ROLE}, default=None, return_dtype=pl.Int64
-    )
-    negative = names.str.extract(r"^negative_(\d+)$").cast(pl.Int64)
-    return codes.fill_null(negative).fill_null(POSITIVE_ROLE).to_numpy()
-
-
 def _findings(result: AuditResult) -> pl.DataFrame:
     """Findings at their anchor's row; with a baseline, one whose anchor's row is old and whose candidate's
     row is new sits at the candidate's row (``at_candidate``), the row that brought it."""
@@ -240,7 +232,7 @@ def _overlaps(result: AuditResult) -> pl.DataFrame:
     texts = pl.Series([None] * o.height, dtype=pl.String)
     if known.any():
         idx = row.fill_null(0).to_numpy()
-        spelled = result.corpus.spelling(idx, _role_code(joined.get_column("role")))
+        spelled = result.corpus.spelling(idx, role_codes(joined.get_column("role")))
         texts = pl.Series(np.where(known, spelled.to_numpy(), None), dtype=pl.String)
     other_text = pl.Series([None] * o.height, dtype=pl.String)
     found = result.overlap_texts  # the scan's texts of both sides, row for row with the overlaps
