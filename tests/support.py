@@ -81,3 +81,19 @@ def fake_hub_cache(cache: Path, repo_id: str, source: Path, commit: str = "01234
     for entry in source.iterdir():
         (snapshot / entry.name).symlink_to(entry.resolve())
     return snapshot
+
+
+def git(repo: Path, *args: str) -> str:
+    """Run git in ``repo``; its standard output."""
+    import subprocess
+
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def init_repo(repo: Path) -> Path:
+    """An empty git repository at ``repo`` (branch ``main``) with an author set; returns it."""
+    repo.mkdir(parents=True, exist_ok=True)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "ci@example.com")
+    git(repo, "config", "user.name", "CI")
+    return repo

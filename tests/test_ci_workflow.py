@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 from packaging.requirements import Requirement
+from support import git, init_repo
 from typer.testing import CliRunner
 
 from contrast_audit.cli import app
@@ -65,11 +66,6 @@ def shim(tmp: Path) -> Path:
     return bin_dir
 
 
-def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True)
-    return done.stdout.strip()
-
-
 def jsonl(rows: list[dict]) -> str:
     return "".join(json.dumps(r) + "\n" for r in rows)
 
@@ -83,11 +79,8 @@ def append(path: Path, rows: list[dict]) -> None:
 def repo(tmp_path: Path) -> Path:
     """A data repository with a base commit: old rows (with findings of their own), an eval set and its
     settings (lexical evidence, batches of 4, so an append re-plans them)."""
-    repo = tmp_path / "data-repo"
-    (repo / "data").mkdir(parents=True)
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.email", "ci@example.com")
-    git(repo, "config", "user.name", "CI")
+    repo = init_repo(tmp_path / "data-repo")
+    (repo / "data").mkdir()
     (repo / "data" / "train.jsonl").write_text(jsonl(OLD_ROWS), encoding="utf-8")
     (repo / "README.md").write_text("data\n", encoding="utf-8")
     (repo / "eval").mkdir()
@@ -391,11 +384,7 @@ def test_pre_commit_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     assert all(pattern.search(p) for p in ("data/a.jsonl", "b.csv", "c.tsv", "d.parquet", "e.ndjson"))
     assert not any(pattern.search(p) for p in ("README.md", "package.json", "x.jsonl.bak"))
     # pre-commit runs `entry args... files...` in the repository, on the staged files.
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.email", "ci@example.com")
-    git(repo, "config", "user.name", "CI")
+    repo = init_repo(tmp_path / "repo")
     monkeypatch.chdir(repo)
     staged = repo / "staged.jsonl"
     argv = [*hook["entry"].split()[1:], *hook["args"], "staged.jsonl"]  # after the program name

@@ -259,7 +259,6 @@ class TestSettingsThatWereSilentlyIgnored:
         assert build_config({"engine": "ray", "ray_address": "head:6379"}).ray_address == "head:6379"
 
 
-
 @pytest.mark.parametrize("flag", ["--plan", "--baseline", "--cache-dir", "--index"])
 def test_an_empty_path_flag_is_refused_by_name(flag, tmp_path):
     from typer.testing import CliRunner

@@ -4,11 +4,10 @@ and the gate conditions that could never fail."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
-from support import write_jsonl
+from support import git, init_repo, write_jsonl
 from typer.testing import CliRunner
 
 from contrast_audit.cli import app
@@ -84,16 +83,8 @@ def test_the_stream_engine_finds_the_same_exact_repeats_and_says_what_it_leaves(
     assert any("exact repeats of old rows only" in w for w in streamed["warnings"])
 
 
-def git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True)
-
-
 def test_since_takes_the_files_at_a_revision(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.email", "ci@example.com")
-    git(repo, "config", "user.name", "CI")
+    repo = init_repo(tmp_path / "repo")
     monkeypatch.chdir(repo)
     data = write_jsonl(repo / "train.jsonl", OLD)
     _, r = report(tmp_path, data, "--since", "HEAD")  # no commit yet: every row is new, nothing repeats
