@@ -38,7 +38,7 @@ from contrast_audit.overlap import (
     text_hashes,
     with_existing_rows,
 )
-from contrast_audit.plan import Plan, make_plan, read_plan_file
+from contrast_audit.plan import GlobalBatches, Plan, make_plan, read_plan_file
 
 SCHEMA_VERSION = "2"  # docs/report.md, "Versions"
 
@@ -392,10 +392,12 @@ def prepare(
     before_evidence: Callable[[LoadResult], None] | None = None,
     extend_rows: Callable[[LoadResult], LoadResult] | None = None,
     encoder: Callable[..., Any] | None = None,
+    batches_for: Callable[[Corpus], GlobalBatches] | None = None,
 ) -> Prepared:
     """Load, normalise and prepare the evidence (embedding texts when the detectors need it).
     ``extend_rows`` may add rows before the corpus is built (``--with-existing``); ``before_evidence`` runs on
-    the loaded rows, so a bad plan or manifest fails before any embedding."""
+    the loaded rows, so a bad plan or manifest fails before any embedding. ``batches_for`` gives the
+    global batches the texts will be judged in: the embedding store's first stage embeds for them only."""
     cfg = config or AuditConfig()
     limit = resources.parse_size(cfg.max_memory)
     files = expand_paths(list(paths))
@@ -439,6 +441,12 @@ def prepare(
     if before_evidence is not None:
         before_evidence(loaded)
     active = list(detectors) if detectors is not None else default_detectors(cfg, progress, encoder)
+    if batches_for is not None:
+        stores = {id(s): s for d in active if (s := getattr(d, "store", None)) is not None}
+        if stores:
+            batches = batches_for(corpus)
+            for store in stores.values():
+                store.batches = batches
     for detector in active:
         with _stage(progress, f"Preparing {detector.name} evidence"):
             detector.prepare(corpus)
@@ -561,6 +569,13 @@ def _in_memory(
         elif cfg.plan.plan_file:
             plan = read_plan_file(cfg.plan.plan_file, ids)
 
+    def batches_for(corpus: Corpus) -> GlobalBatches:
+        nonlocal plan
+        if plan is None:
+            with _stage(progress, "Planning batches"):
+                plan = make_plan(cfg.plan, corpus.n_rows, corpus.raw)
+        return plan.global_batches(cfg.plan.world_size)
+
     prepared = prepare(
         paths,
         cfg,
@@ -569,6 +584,7 @@ def _in_memory(
         before_evidence=read_plan,
         extend_rows=extend,
         encoder=encoder,
+        batches_for=batches_for,
     )
     prepared.config = cfg
     loaded, corpus, active = prepared.loaded, prepared.corpus, prepared.detectors

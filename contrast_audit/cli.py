@@ -304,6 +304,15 @@ Precision = Annotated[
         "Embeddings",
     ),
 ]
+FirstStage = Annotated[
+    str | None,
+    _opt(
+        "Which rows the full model embeds for the batch plan: static (those a static model, the model's own token "
+        "embeddings mapped on a sample of the data, finds near another row of their batch) or none (every text).  "
+        "\\[default: static]",
+        "Embeddings",
+    ),
+]
 CacheDir = Annotated[
     str | None,  # a str, not a Path: an empty name stays empty and is refused (config._NOT_EMPTY)
     _opt("Embedding cache directory.  \\[default: $CONTRAST_AUDIT_CACHE_DIR or ~/.cache/contrast-audit]", "Embeddings"),
@@ -583,6 +592,7 @@ AUDIT_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("doc_prompt", DocPrompt),
     ("embed_batch_size", EmbedBatch),
     ("precision", Precision),
+    ("first_stage", FirstStage),
     ("cache_dir", CacheDir),
     ("cache", UseCache),
     ("positive_threshold", PositiveThreshold),
@@ -964,6 +974,7 @@ def negatives(
 
     settings, origin = options.settings()
     settings["embeddings"] = True
+    settings["first_stage"] = "none"  # the ranking reads every comparison with the full model
     cfg = build_config(settings)
     fmt = output_format_for(output, output_format.value if output_format else None, ("text", "json"))
     if top < 1 or per_anchor < 0:

@@ -154,6 +154,7 @@ class MinHashConfig:
             raise ConfigError(f"minhash threshold must be in (0, 1], got {self.threshold}")
 
 
+FIRST_STAGES = ("static", "none")  # which rows the full model embeds: those a static model finds near, or all
 PRECISIONS = ("fp32", "bf16")  # the model's arithmetic when it encodes (torch autocast for bf16)
 
 
@@ -189,6 +190,7 @@ class EmbeddingConfig:
     doc_prompt: str = ""
     batch_size: int = 64
     precision: str = "fp32"
+    first_stage: str = "static"
     cache_dir: str | None = None
     use_cache: bool = True
     positive_threshold: float = 0.825
@@ -222,6 +224,11 @@ class EmbeddingConfig:
             raise ConfigError(
                 f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}",
                 fix="use fp32 (exact), or bf16 on a CPU or GPU with bfloat16 arithmetic",
+            )
+        if self.first_stage not in FIRST_STAGES:
+            raise ConfigError(
+                f"first-stage must be one of {', '.join(FIRST_STAGES)}, got {self.first_stage!r}",
+                fix="static: the full model embeds the rows a static model finds near; none: every text",
             )
         if self.calibration not in ("auto", "off"):
             raise ConfigError(
@@ -405,6 +412,7 @@ _FILE_KEYS: dict[str, tuple[str | None, str]] = {
     "doc_prompt": ("embedding", "doc_prompt"),
     "embed_batch_size": ("embedding", "batch_size"),
     "precision": ("embedding", "precision"),
+    "first_stage": ("embedding", "first_stage"),
     "cache_dir": ("embedding", "cache_dir"),
     "cache": ("embedding", "use_cache"),
     "positive_threshold": ("embedding", "positive_threshold"),
@@ -470,6 +478,7 @@ SETTING_RULES: dict[str, tuple[str, float | None, float | None, bool]] = {
             "model",
             "device",
             "precision",
+            "first_stage",
             "query_prompt",
             "doc_prompt",
             "cache_dir",
@@ -542,6 +551,7 @@ SETTING_CHOICES: dict[str, tuple[str, ...]] = {
     "sampler": SAMPLERS,
     "on_bad_row": ON_BAD_ROW,
     "precision": PRECISIONS,
+    "first_stage": FIRST_STAGES,
     "strategy": STRATEGIES,
     "mask_severity": MASK_SEVERITIES,
     "weight": WEIGHTS,

@@ -123,3 +123,11 @@ def build_corpus(rows: pl.DataFrame, cfg: NormaliseConfig) -> Corpus:
         raw=raw_mat,
         raw_texts=raws.sort("rid").get_column("raw"),
     )
+
+
+def alike_rows(corpus: Corpus, doc_ratio: float) -> np.ndarray:
+    """Per row: its positive has fewer than ``doc_ratio`` times its anchor's words, so the two texts are
+    of one kind (paraphrases, captions, duplicate questions) rather than a query and its document.
+    A ratio of 0 calls no row alike."""
+    words = corpus.texts.select(pl.col("norm").str.split(" ").list.len()).to_series().to_numpy()
+    return words[corpus.positive] < doc_ratio * words[corpus.anchor]

@@ -23,7 +23,7 @@ import numpy as np
 
 from contrast_audit import model as model_io
 from contrast_audit.config import EmbeddingConfig
-from contrast_audit.corpus import Corpus
+from contrast_audit.corpus import Corpus, alike_rows
 from contrast_audit.errors import ConfigError
 from contrast_audit.io.atomic import remove_stale_temporaries
 
@@ -365,6 +365,11 @@ class EmbeddingStore:
     # Computes the vectors the cache lacks in place of this process (``engine.on_ray.embedder``): called
     # as ``encoder(store, texts, keys, prompt, source, cache)``, it returns their stored form, in order.
     encoder: Callable[..., np.ndarray] | None = None
+    # The global batches of the plan the texts are judged in: the first stage selects the rows the full
+    # model embeds for them (``contrast_audit.first_stage``). None: every text is embedded.
+    batches: Any = None
+    known: np.ndarray | None = None  # per text id: embedded by the full model (None: all are)
+    first_stage_info: dict[str, Any] = field(default_factory=dict)
 
     def prepare(self, corpus: Corpus) -> None:
         if self.query is not None:
@@ -383,11 +388,104 @@ class EmbeddingStore:
         is_doc[corpus.negatives[corpus.negatives >= 0]] = True
         self.stats = {"embedded": 0, "cached": 0}
         if self.cfg.query_prompt == self.cfg.doc_prompt:
-            vectors = self._embed(texts, np.ones(n, dtype=bool), self.cfg.query_prompt, source)
+            vectors = self._first_stage(corpus, texts, source)
+            if vectors is None:
+                vectors = self._embed(texts, np.ones(n, dtype=bool), self.cfg.query_prompt, source)
             self.query = self.doc = vectors
         else:
+            self.first_stage_info = {"used": False, "reason": "the anchor and document prompts differ"}
             self.query = self._embed(texts, is_query, self.cfg.query_prompt, source)
             self.doc = self._embed(texts, is_doc, self.cfg.doc_prompt, source)
+
+    def _first_stage(self, corpus: Corpus, texts: list[str], source: model_io.ModelSource) -> np.ndarray | None:
+        """The full model's vectors of the texts the first stage selects for ``self.batches`` (zeros
+        elsewhere, ``known`` False there); None when the full model is to embed every text."""
+        from contrast_audit import first_stage as fs
+
+        n = len(texts)
+        reason = None
+        if self.cfg.first_stage == "none":
+            reason = "first-stage = none"
+        elif self.batches is None:
+            reason = "no batch plan: the command compares texts across the whole data"
+        elif n < fs.MIN_TEXTS:
+            reason = f"{n:,} distinct texts (under {fs.MIN_TEXTS:,}: the sample would be most of them)"
+        static = None if reason else fs.StaticModel.load(Path(source.path))
+        if reason is None and static is None:
+            reason = "the model has no tokenizer.json or word-embedding table"
+        if reason is not None:
+            self.first_stage_info = {"used": False, "reason": reason}
+            return None
+        prompt = self.cfg.query_prompt
+        keys = text_keys(texts, prompt)
+        sample_rows = fs.sample_rows(keys[corpus.anchor], keys[corpus.positive])
+        sample = np.unique(np.r_[corpus.anchor[sample_rows], corpus.positive[sample_rows]])
+        wanted = np.zeros(n, dtype=bool)
+        wanted[sample] = True
+        vectors = self._embed(texts, wanted, prompt, source, keys)
+        static_vectors = static.encode(texts)
+        bar = min(self.cfg.positive_threshold, self.cfg.anchor_threshold)
+        stage = fs.fit(static_vectors, sample, vectors[sample], bar)
+        cfg = self.cfg
+        if cfg.margin or cfg.margin_support is not None or cfg.above_positive > 0:
+            cross = np.ones(corpus.n_rows, dtype=bool)  # the margin rules compare queries with documents
+        else:
+            cross = alike_rows(corpus, cfg.margin_doc_ratio)
+        slots = np.c_[corpus.anchor, corpus.positive, corpus.negatives]
+        rows = fs.select_rows(stage.vectors, stage.bar, slots, cross, self.batches.rows, self.batches.offsets)
+        rows[sample_rows] = True
+        known = np.zeros(n, dtype=bool)
+        live = slots[rows]
+        known[live[live >= 0]] = True
+        more = known & ~wanted
+        if more.any():
+            extra = self._embed(texts, more, prompt, source, keys)
+            vectors[more] = extra[more]
+        self.known = known
+        self._pending = (texts, keys, prompt, source)
+        self.first_stage_info = {
+            "used": True,
+            "bar": stage.bar,
+            **stage.info,
+            "sample_rows": int(sample_rows.shape[0]),
+            "rows": int(rows.sum()),
+            "of_rows": int(corpus.n_rows),
+            "texts": int(known.sum()),
+            "of_texts": int(n),
+        }
+        return vectors
+
+    def ensure(self, tids: np.ndarray) -> None:
+        """Have the full model embed the texts of ``tids`` the first stage left out (a detector that must
+        compare them: the linked rule's texts one hop away)."""
+        if self.known is None:
+            return
+        missing = np.unique(tids[~self.known[tids]])
+        if missing.size == 0:
+            return
+        texts, keys, prompt, source = self._pending
+        wanted = np.zeros(self.known.shape[0], dtype=bool)
+        wanted[missing] = True
+        extra = self._embed(texts, wanted, prompt, source, keys)
+        self.query[missing] = extra[missing]  # the doc matrix is the same array (one prompt)
+        self.known[missing] = True
+        self.memo.clear()  # per-row scores read the zeros these texts had
+        self.first_stage_info["texts"] = int(self.known.sum())
+        self.first_stage_info["texts_on_demand"] = self.first_stage_info.get("texts_on_demand", 0) + int(missing.size)
+
+    def known_rows(self, corpus: Corpus) -> np.ndarray:
+        """Rows whose anchor and positive the full model embedded (every row without a first stage)."""
+        if self.known is None:
+            return np.ones(corpus.n_rows, dtype=bool)
+        return self.known[corpus.anchor] & self.known[corpus.positive]
+
+    def compared(self, *tids: np.ndarray) -> np.ndarray:
+        """Per pair of text-id arrays: whether the full model embedded every one of their texts."""
+        out = np.ones(tids[0].shape[0], dtype=bool)
+        if self.known is not None:
+            for t in tids:
+                out &= self.known[t]
+        return out
 
     def _check_cache_dir(self) -> bool:
         """A cache directory that is a file is an error; one that cannot be written is a warning."""
@@ -408,10 +506,17 @@ class EmbeddingStore:
             return False
         return True
 
-    def _embed(self, texts: list[str], needed: np.ndarray, prompt: str, source: model_io.ModelSource) -> np.ndarray:
+    def _embed(
+        self,
+        texts: list[str],
+        needed: np.ndarray,
+        prompt: str,
+        source: model_io.ModelSource,
+        all_keys: np.ndarray | None = None,
+    ) -> np.ndarray:
         index = np.flatnonzero(needed)
         subset = [texts[i] for i in index]
-        keys = text_keys(subset, prompt)
+        keys = all_keys[index] if all_keys is not None else text_keys(subset, prompt)
         cache = EmbeddingCache(self.cache_root(), self.vectors_id(source), prompt)
         if self.cfg.use_cache:
             found, cached = cache.lookup(keys)
@@ -549,4 +654,5 @@ class EmbeddingStore:
             "precision": self.cfg.precision,
             "cache_dtype": VECTOR_DTYPE.name,
             **self.stats,
+            "first_stage": self.first_stage_info,
         }

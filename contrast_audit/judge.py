@@ -190,7 +190,7 @@ def _frame(columns: dict[str, np.ndarray], hits: list, found: np.ndarray) -> pl.
         pl.when(pl.col(f"why_{idx}")).then(
             pl.struct(
                 pl.lit(h.kind).alias("kind"),
-                pl.col(f"score_{idx}").alias("score"),
+                pl.col(f"score_{idx}").fill_nan(None).alias("score"),  # null: the full model did not compare them
                 pl.lit(h.threshold, pl.Float64).alias("threshold"),
                 pl.col(f"guard_{idx}").alias("guard"),
                 pl.col(f"value_{idx}").fill_nan(None).alias("guard_value"),

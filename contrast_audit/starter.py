@@ -134,6 +134,11 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
             "doc_prompt": ("Prompt/prefix for positives and negatives, as in training.", None),
             "embed_batch_size": ("Texts per encode batch.", None),
             "precision": ("The model's arithmetic: fp32, or bf16 (faster on CPUs with bfloat16 instructions).", None),
+            "first_stage": (
+                "Which rows the full model embeds: static (those a static model finds near another row of their "
+                "batch, plus a sample) or none (every text).",
+                None,
+            ),
             "cache_dir": (
                 "Embedding cache directory (default: $CONTRAST_AUDIT_CACHE_DIR or ~/.cache/contrast-audit).",
                 ".contrast-audit-cache",

@@ -23,9 +23,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import polars as pl
 
-from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, Corpus
+from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, Corpus, alike_rows
 from contrast_audit.embed import EmbeddingStore
 from contrast_audit.evidence.base import LIKELY, SUSPECT, Hits, Pairs
 from contrast_audit.evidence.blocks import role_texts
@@ -113,14 +112,6 @@ class _CosineDetector:
         self.store.prepare(corpus)
 
 
-def alike_rows(corpus: Corpus, doc_ratio: float) -> np.ndarray:
-    """Per row: its positive has fewer than ``doc_ratio`` times its anchor's words, so the two texts are
-    of one kind (paraphrases, captions, duplicate questions) rather than a query and its document.
-    A ratio of 0 calls no row alike."""
-    words = corpus.texts.select(pl.col("norm").str.split(" ").list.len()).to_series().to_numpy()
-    return words[corpus.positive] < doc_ratio * words[corpus.anchor]
-
-
 class EmbeddingDetector(_CosineDetector):
     """``likely`` when the candidate is a near-duplicate of what the anchor is trained towards: a
     document candidate of the row's positive, a query candidate of the anchor. In a row whose two texts
@@ -184,6 +175,7 @@ class EmbeddingDetector(_CosineDetector):
         to_target, to_anchor = self.scores(pairs)
         by_anchor = np.nan_to_num(to_anchor, nan=-1.0) > to_target
         score = np.where(by_anchor, to_anchor, to_target).astype(np.float64)
+        score[~self.store.compared(self._target(pairs), pairs.cand_tid)] = np.nan  # left out by the first stage
         mask = score >= self.threshold
         idx = np.flatnonzero(mask)
         rows, cand = pairs.anchor_row[idx], pairs.cand_tid[idx]
@@ -223,6 +215,7 @@ class AnchorEmbeddingDetector(_CosineDetector):
         score = np.zeros(len(pairs), dtype=np.float64)
         idx = np.flatnonzero(eligible)
         score[idx] = cross(s, c, pairs, s.query, ANCHOR_ROLE, s.query, ANCHOR_ROLE, idx=idx)
+        score[~s.compared(mine, theirs)] = np.nan  # left out by the first stage
         mask = eligible & (score >= self.threshold)
         return Hits(self.name, mask, score, self.threshold, np.full(len(pairs), SUSPECT, dtype=np.int8))
 
@@ -271,7 +264,7 @@ class MarginDetector(_CosineDetector):
         positive is not the anchor): the relevance only the best-answered tenth of the data reaches."""
         if from_doc not in self.above_bar:
             c = self.corpus
-            own = self.query_doc_row & (c.anchor != c.positive)
+            own = self.query_doc_row & (c.anchor != c.positive) & self.store.known_rows(c)
             scores = row_positive_scores(self.store, c, from_doc)[own]
             self.above_bar[from_doc] = float(np.quantile(scores, self.above_quantile)) if scores.size else np.inf
         return self.above_bar[from_doc]
@@ -291,6 +284,10 @@ class MarginDetector(_CosineDetector):
             threshold = -float(self.absolute_margin or 0.0)
             score = (cand - pos).astype(np.float64)
             mask = score > threshold
+        rows = pairs.anchor_row
+        unknown = ~s.compared(c.anchor[rows], c.positive[rows], pairs.cand_tid)  # left out by the first stage
+        score[unknown] = np.nan
+        mask &= ~unknown
         # A row whose positive is its anchor (SimCSE-style) has sim(a, p) = 1: the rule would be a
         # cosine threshold on the anchor, a near-duplicate claim the embedding detector judges.
         idx = np.flatnonzero(mask)
@@ -412,10 +409,12 @@ class PairDetector(_CosineDetector):
         elif self.mode == "off":
             self.calibration = cal.fixed(self.fallback, "calibration off: positive-threshold")
         else:
-            s, a, p = self.store, corpus.anchor, corpus.positive
+            s = self.store
+            known = np.flatnonzero(s.known_rows(corpus))  # every row, or the first stage's
+            a, p = corpus.anchor[known], corpus.positive[known]
             own = a != p
             positive = s.cosine(s.query, s.doc, a[own], p[own])
-            i, j = cal.random_row_pairs(corpus.n_rows, cal.RANDOM_PAIRS, self.seed)
+            i, j = cal.random_row_pairs(known.shape[0], cal.RANDOM_PAIRS, self.seed)
             random = {
                 "query_query": s.cosine(s.query, s.query, a[i], a[j]),
                 "doc_doc": s.cosine(s.doc, s.doc, p[i], p[j]),
@@ -476,6 +475,9 @@ class PairDetector(_CosineDetector):
                 above &= sims >= self.floors[pairing]
             score[idx] = self.threshold + excess / 4.0
             mask[idx] = above & (excess >= 0.0)
+        unknown = ~self.store.compared(c.anchor[r], c.positive[r], c.anchor[s], c.positive[s])
+        score[unknown] = np.nan  # left out by the first stage
+        mask &= ~unknown
         return Hits(self.name, mask, score, self.threshold, np.full(len(pairs), LIKELY, dtype=np.int8))
 
     def info(self) -> dict[str, Any]:

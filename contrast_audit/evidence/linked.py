@@ -53,7 +53,8 @@ class LinkedDetector:
 
             self.store.prepare(corpus)
             # The rows' own sim(anchor, positive), shared with the margin rule (computed once per store).
-            cos = row_positive_scores(self.store, corpus, from_doc=False)[corpus.anchor != corpus.positive]
+            own = (corpus.anchor != corpus.positive) & self.store.known_rows(corpus)  # the first stage's rows
+            cos = row_positive_scores(self.store, corpus, from_doc=False)[own]
             bar = float(np.quantile(cos, NEAR_QUANTILE)) if cos.shape[0] >= MIN_ROWS else NEAR_FLOOR
             self.near_bar = round(max(NEAR_FLOOR, bar), 4)
         n = corpus.n_texts
@@ -130,6 +131,7 @@ class LinkedDetector:
         if self.store is not None and chain.size:
             from contrast_audit.evidence.embedding import target_scores
 
+            self.store.ensure(np.r_[pairs.cand_tid[chain], c.anchor[r[chain]], c.positive[r[chain]]])
             near = target_scores(self.store, c, pairs, chain) >= self.near_bar
             rule[chain] = np.where(near, 1, 3)
         severity = np.where(rule <= 2, CERTAIN, SUSPECT).astype(np.int8)

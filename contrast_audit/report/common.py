@@ -43,7 +43,10 @@ def why_not_text(why_not: list[dict] | None) -> str:
     a line: "embedding 0.905≥0.825 vetoed by word-order 0.33<0.85; minhash 0.000<0.700"."""
     parts = []
     for w in why_not or []:
-        score = w["score"] if w["score"] is not None else float("nan")
+        if w["score"] is None:
+            parts.append(f"{w['kind']} not compared (the first stage found the texts far apart)")
+            continue
+        score = w["score"]
         if w["kind"] == "margin" and (w["threshold"] or 0) > 0:
             shown = f"margin ×{score:.3f}"
             bar = f"{w['threshold']:.3f}"

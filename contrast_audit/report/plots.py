@@ -77,7 +77,8 @@ SCORE_BLOCK = 4_000_000  # anchor × candidate scores computed at a time
 def anchor_scores(result: AuditResult) -> pl.DataFrame | None:
     """Per anchor row: ``positive_score`` (cosine anchor–positive), ``negative_score`` (the highest
     cosine of an in-batch ``query_to_doc`` candidate: another row's positive or hard negative),
-    ``flagged`` (the anchor of a finding that counts). ``None`` without embeddings.
+    ``flagged`` (the anchor of a finding that counts). ``None`` without embeddings. With the first
+    stage, the rows and candidates the full model embedded.
 
     Batches of one size are scored together as one batched matrix product of the store's unit
     vectors (anchors × candidates), in blocks of about ``SCORE_BLOCK`` scores."""
@@ -103,12 +104,14 @@ def anchor_scores(result: AuditResult) -> pl.DataFrame | None:
             cand_row = np.tile(rows, (1, width))
             scores = np.matmul(q, store.doc[np.maximum(cand_tid, 0)].transpose(0, 2, 1))  # (batches, size, cands)
             invalid = (cand_row[:, None, :] == rows[:, :, None]) | (cand_tid[:, None, :] < 0)
+            if store.known is not None:  # texts the first stage left to their static vectors are not scored
+                invalid |= ~store.known[np.maximum(cand_tid, 0)][:, None, :]
             scores[invalid] = -np.inf
             np.maximum.at(best, rows.ravel(), scores.max(axis=2).ravel())
     positive = row_positive_scores(store, corpus, False)
     flagged = np.zeros(corpus.n_rows, dtype=bool)
     flagged[result.active_findings.get_column("anchor_row").to_numpy()] = True
-    seen = np.isfinite(best)
+    seen = np.isfinite(best) & store.known_rows(corpus)
     return pl.DataFrame(
         {
             "row": np.flatnonzero(seen),
