@@ -369,6 +369,7 @@ class EmbeddingStore:
     # model embeds for them (``contrast_audit.first_stage``). None: every text is embedded.
     batches: Any = None
     known: np.ndarray | None = None  # per text id: embedded by the full model (None: all are)
+    sample_rows: np.ndarray | None = None  # the first stage's sample of rows (None: no first stage)
     first_stage_info: dict[str, Any] = field(default_factory=dict)
 
     def prepare(self, corpus: Corpus) -> None:
@@ -441,7 +442,7 @@ class EmbeddingStore:
         if more.any():
             extra = self._embed(texts, more, prompt, source, keys)
             vectors[more] = extra[more]
-        self.known = known
+        self.known, self.sample_rows = known, sample_rows
         self._pending = (texts, keys, prompt, source)
         self.first_stage_info = {
             "used": True,
@@ -478,6 +479,15 @@ class EmbeddingStore:
         if self.known is None:
             return np.ones(corpus.n_rows, dtype=bool)
         return self.known[corpus.anchor] & self.known[corpus.positive]
+
+    def calibration_rows(self, corpus: Corpus) -> np.ndarray:
+        """The rows a calibration reads the data's own cosines from: every row, or the first stage's sample
+        (the rows it selected are the near ones, not the data's kind)."""
+        if self.sample_rows is None:
+            return np.ones(corpus.n_rows, dtype=bool)
+        out = np.zeros(corpus.n_rows, dtype=bool)
+        out[self.sample_rows] = True
+        return out
 
     def compared(self, *tids: np.ndarray) -> np.ndarray:
         """Per pair of text-id arrays: whether the full model embedded every one of their texts."""

@@ -37,8 +37,8 @@ SIF = 1e-4  # model2vec's SIF coefficient
 RIDGE = 0.3  # ridge penalty of the map
 MISS_QUANTILE = 0.01  # share of near comparisons the bar may miss, by the sample's measure
 BAR_MARGIN = 0.05  # "near": within this of the lowest detector bar
-MIN_NEAR = 30  # sample pairs needed to read the quantile; fewer: a linear fit, 2 s.d. down
-BAR_RANGE = (0.3, 0.95)
+MIN_NEAR = 30  # sample pairs needed to read the quantile; fewer: a linear fit on all pairs, 2 s.d. down
+BAR_RANGE = (0.3, 0.9)
 ENCODE_CHUNK = 8192  # texts per static encoding step (bounds the token-vector gather)
 WORD_TABLE = "embeddings.word_embeddings.weight"
 
@@ -96,9 +96,10 @@ def _max_length(directory: Path) -> int:
         return 512
 
 
-def sample_rows(anchor_keys: np.ndarray, positive_keys: np.ndarray, size: int = SAMPLE_ROWS) -> np.ndarray:
-    """Indexes of the ``size`` rows whose two texts' cache keys XOR smallest: the same rows however the
-    file grows, except for new rows that sort among them."""
+def sample_rows(anchor_keys: np.ndarray, positive_keys: np.ndarray, size: int | None = None) -> np.ndarray:
+    """Indexes of the ``size`` (``SAMPLE_ROWS``) rows whose two texts' cache keys XOR smallest: the same
+    rows however the file grows, except for new rows that sort among them."""
+    size = SAMPLE_ROWS if size is None else size
     n = anchor_keys.shape[0]
     if n <= size:
         return np.arange(n)
@@ -148,11 +149,10 @@ def fit(static: np.ndarray, sample: np.ndarray, full: np.ndarray, detector_bar: 
         bar = float(np.quantile(s[near], MISS_QUANTILE))
         how = f"the {MISS_QUANTILE:g} quantile of {int(near.sum())} sample pairs at full cosine >= {detector_bar - BAR_MARGIN:.3f}"
     else:
-        top = f >= np.sort(f)[-min(f.shape[0], 200)]
-        slope, intercept = np.polyfit(f[top], s[top], 1)
-        spread = float(np.std(s[top] - (intercept + slope * f[top])))
+        slope, intercept = np.polyfit(f, s, 1)
+        spread = float(np.std(s - (intercept + slope * f)))
         bar = float(intercept + slope * (detector_bar - BAR_MARGIN) - 2 * spread)
-        how = f"a linear fit on the {int(top.sum())} nearest sample pairs, 2 s.d. under it"
+        how = f"a linear fit on {f.shape[0]} sample pairs (only {int(near.sum())} near), 2 s.d. under it"
     bar = float(np.clip(bar, *BAR_RANGE))
     vectors = _apply(_fit(static[sample], full), static)
     return Stage(vectors, round(bar, 4), int(near.sum()), {"bar_from": how})

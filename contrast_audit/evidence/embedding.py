@@ -264,7 +264,7 @@ class MarginDetector(_CosineDetector):
         positive is not the anchor): the relevance only the best-answered tenth of the data reaches."""
         if from_doc not in self.above_bar:
             c = self.corpus
-            own = self.query_doc_row & (c.anchor != c.positive) & self.store.known_rows(c)
+            own = self.query_doc_row & (c.anchor != c.positive) & self.store.calibration_rows(c)
             scores = row_positive_scores(self.store, c, from_doc)[own]
             self.above_bar[from_doc] = float(np.quantile(scores, self.above_quantile)) if scores.size else np.inf
         return self.above_bar[from_doc]
@@ -410,7 +410,7 @@ class PairDetector(_CosineDetector):
             self.calibration = cal.fixed(self.fallback, "calibration off: positive-threshold")
         else:
             s = self.store
-            known = np.flatnonzero(s.known_rows(corpus))  # every row, or the first stage's
+            known = np.flatnonzero(s.calibration_rows(corpus))  # every row, or the first stage's sample
             a, p = corpus.anchor[known], corpus.positive[known]
             own = a != p
             positive = s.cosine(s.query, s.doc, a[own], p[own])
