@@ -414,6 +414,11 @@ class EmbeddingStore:
         static = None if reason else fs.StaticModel.load(Path(source.path))
         if reason is None and static is None:
             reason = "the model has no tokenizer.json or word-embedding table"
+        if reason is None:
+            static_vectors, counts = static.encode(texts)
+            long = int(np.median(counts[corpus.positive]))
+            if long > fs.LONG_DOCUMENTS:
+                reason = f"long documents (a median of {long} tokens): a static model finds most of them near"
         if reason is not None:
             self.first_stage_info = {"used": False, "reason": reason}
             return None
@@ -424,7 +429,6 @@ class EmbeddingStore:
         wanted = np.zeros(n, dtype=bool)
         wanted[sample] = True
         vectors = self._embed(texts, wanted, prompt, source, keys)
-        static_vectors = static.encode(texts)
         bar = min(self.cfg.positive_threshold, self.cfg.anchor_threshold)
         stage = fs.fit(static_vectors, sample, vectors[sample], bar)
         cfg = self.cfg

@@ -18,8 +18,9 @@ near, plus a fixed sample; every other comparison is reported as not compared by
   is within ``BAR_MARGIN`` of the lowest detector bar. A comparison under it would be missed by the
   full model at most that often, by the sample's measure.
 
-Data of fewer than ``MIN_TEXTS`` distinct texts, models without a word-embedding table, and role
-prompts that differ are embedded whole, as before (``reason`` says which).
+Data of fewer than ``MIN_TEXTS`` distinct texts, documents of a median over ``LONG_DOCUMENTS`` tokens,
+models without a word-embedding table, and role prompts that differ are embedded whole, as before
+(``reason`` says which).
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ MISS_QUANTILE = 0.01  # share of near comparisons the bar may miss, by the sampl
 BAR_MARGIN = 0.05  # "near": within this of the lowest detector bar
 MIN_NEAR = 30  # sample pairs needed to read the quantile; fewer: a linear fit on all pairs, 2 s.d. down
 BAR_RANGE = (0.3, 0.9)
+LONG_DOCUMENTS = 48  # tokens: paragraphs rather than sentences. Documents whose median is longer look alike
+# to a static model (the mean of many token vectors): on forum bodies (median 56 tokens), abstracts (256)
+# and library records (148) it found 92-100% of rows near, and the full model embeds everything at less
+# cost in one pass than in two. Sentence data measured: medians of 10 to 26 tokens.
 ENCODE_CHUNK = 8192  # texts per static encoding step (bounds the token-vector gather)
 WORD_TABLE = "embeddings.word_embeddings.weight"
 
@@ -73,12 +78,14 @@ class StaticModel:
         p = (1.0 / rank) / (1.0 / rank).sum()
         return cls((table * (SIF / (SIF + p))[:, None]).astype(np.float32), tokenizer)
 
-    def encode(self, texts: list[str]) -> np.ndarray:
-        """Mean token vector per text (unnormalised; zeros for a text without tokens)."""
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Mean token vector per text (unnormalised; zeros for a text without tokens), and its token count."""
         out = np.zeros((len(texts), self.table.shape[1]), dtype=np.float32)
+        counts = np.zeros(len(texts), dtype=np.int64)
         for lo in range(0, len(texts), ENCODE_CHUNK):
             encoded = self.tokenizer.encode_batch(texts[lo : lo + ENCODE_CHUNK], add_special_tokens=False)
             lengths = np.fromiter((len(e.ids) for e in encoded), dtype=np.int64, count=len(encoded))
+            counts[lo : lo + lengths.shape[0]] = lengths
             if not lengths.any():
                 continue
             ids = np.fromiter((i for e in encoded for i in e.ids), dtype=np.int64, count=int(lengths.sum()))
@@ -86,7 +93,7 @@ class StaticModel:
             has = lengths > 0
             sums = np.add.reduceat(self.table[ids], starts[has], axis=0)
             out[lo + np.flatnonzero(has)] = sums / lengths[has, None]
-        return out
+        return out, counts
 
 
 def _max_length(directory: Path) -> int:

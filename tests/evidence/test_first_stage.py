@@ -24,8 +24,9 @@ def test_the_static_model_is_the_models_own_token_table():
     model = fs.StaticModel.load(Path(model_io.resolve(None).path))
     assert model is not None
     assert model.table.shape == (30522, 384)
-    out = model.encode(["a cat sat on the mat", "", "a cat sat on the mat"])
+    out, counts = model.encode(["a cat sat on the mat", "", "a cat sat on the mat"])
     assert out.shape == (3, 384)
+    assert counts.tolist() == [6, 0, 6]
     assert not out[1].any()  # no tokens: no vector
     np.testing.assert_array_equal(out[0], out[2])
 
@@ -167,3 +168,12 @@ def test_first_stage_takes_static_or_none():
     assert build_config({"first_stage": "none"}).embedding.first_stage == "none"
     with pytest.raises(ConfigError, match="first-stage"):
         build_config({"first_stage": "fast"})
+
+
+def test_long_documents_are_embedded_whole(wordy: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(fs, "SAMPLE_ROWS", 150)
+    monkeypatch.setattr(fs, "MIN_TEXTS", 600)
+    monkeypatch.setattr(fs, "LONG_DOCUMENTS", 8)  # the fixture's positives are twelve words
+    _, store, _ = _scan(wordy, "static")
+    assert store.known is None
+    assert store.first_stage_info["reason"].startswith("long documents (a median of ")
