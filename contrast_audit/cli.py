@@ -308,7 +308,8 @@ FirstStage = Annotated[
     str | None,
     _opt(
         "Which rows the full model embeds for the batch plan: static (those a static model, the model's own token "
-        "embeddings mapped on a sample of the data, finds near another row of their batch) or none (every text).  "
+        "embeddings mapped on a sample of the data, finds near another row of their batch) or none (every text). "
+        "negatives and manifest always embed every text.  "
         "\\[default: static]",
         "Embeddings",
     ),
