@@ -79,20 +79,26 @@ class StaticModel:
         return cls((table * (SIF / (SIF + p))[:, None]).astype(np.float32), tokenizer)
 
     def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Mean token vector per text (unnormalised; zeros for a text without tokens), and its token count."""
+        """Mean token vector per text (unnormalised; zeros for a text without tokens), and its token count.
+
+        Each chunk of texts is one sparse (texts x vocabulary) matrix of 1/length weights times the table,
+        so no (tokens x dimensions) array is ever gathered."""
+        import scipy.sparse as sp
+
         out = np.zeros((len(texts), self.table.shape[1]), dtype=np.float32)
         counts = np.zeros(len(texts), dtype=np.int64)
         for lo in range(0, len(texts), ENCODE_CHUNK):
             encoded = self.tokenizer.encode_batch(texts[lo : lo + ENCODE_CHUNK], add_special_tokens=False)
             lengths = np.fromiter((len(e.ids) for e in encoded), dtype=np.int64, count=len(encoded))
             counts[lo : lo + lengths.shape[0]] = lengths
-            if not lengths.any():
+            total = int(lengths.sum())
+            if total == 0:
                 continue
-            ids = np.fromiter((i for e in encoded for i in e.ids), dtype=np.int64, count=int(lengths.sum()))
-            starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-            has = lengths > 0
-            sums = np.add.reduceat(self.table[ids], starts[has], axis=0)
-            out[lo + np.flatnonzero(has)] = sums / lengths[has, None]
+            ids = np.fromiter((i for e in encoded for i in e.ids), dtype=np.int64, count=total)
+            weights = np.repeat(1.0 / np.maximum(lengths, 1), lengths).astype(np.float32)
+            indptr = np.concatenate([[0], np.cumsum(lengths)])
+            mean = sp.csr_matrix((weights, ids, indptr), shape=(lengths.shape[0], self.table.shape[0]))
+            out[lo : lo + lengths.shape[0]] = mean @ self.table
         return out, counts
 
 
