@@ -426,6 +426,12 @@ class EmbeddingStore:
         keys = text_keys(texts, prompt)
         sample_rows = fs.sample_rows(keys[corpus.anchor], keys[corpus.positive])
         sample = np.unique(np.r_[corpus.anchor[sample_rows], corpus.positive[sample_rows]])
+        if sample.shape[0] < fs.MIN_SAMPLE_TEXTS:
+            self.first_stage_info = {
+                "used": False,
+                "reason": f"the sample's rows hold {sample.shape[0]} distinct texts (a map needs {fs.MIN_SAMPLE_TEXTS})",
+            }
+            return None
         wanted = np.zeros(n, dtype=bool)
         wanted[sample] = True
         vectors = self._embed(texts, wanted, prompt, source, keys)

@@ -34,6 +34,7 @@ import numpy as np
 
 SAMPLE_ROWS = 500  # rows whose texts the full model embeds to fit the map and the bar
 MIN_TEXTS = 4 * SAMPLE_ROWS  # below this, the sample is most of the data: the full model embeds it all
+MIN_SAMPLE_TEXTS = 400  # a map of 385 weights per dimension needs at least about this many texts
 SIF = 1e-4  # model2vec's SIF coefficient
 RIDGE = 0.3  # ridge penalty of the map
 MISS_QUANTILE = 0.01  # share of near comparisons the bar may miss, by the sample's measure

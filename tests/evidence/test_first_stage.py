@@ -133,6 +133,7 @@ def test_the_full_model_embeds_the_near_rows_and_finds_what_it_finds_everywhere(
 ):
     monkeypatch.setattr(fs, "SAMPLE_ROWS", 150)
     monkeypatch.setattr(fs, "MIN_TEXTS", 600)
+    monkeypatch.setattr(fs, "MIN_SAMPLE_TEXTS", 200)
     _, everywhere, expected = _scan(wordy, "none")
     assert everywhere.first_stage_info == {"used": False, "reason": "first-stage = none"}
     assert everywhere.known is None
@@ -173,7 +174,17 @@ def test_first_stage_takes_static_or_none():
 def test_long_documents_are_embedded_whole(wordy: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(fs, "SAMPLE_ROWS", 150)
     monkeypatch.setattr(fs, "MIN_TEXTS", 600)
+    monkeypatch.setattr(fs, "MIN_SAMPLE_TEXTS", 200)
     monkeypatch.setattr(fs, "LONG_DOCUMENTS", 8)  # the fixture's positives are twelve words
     _, store, _ = _scan(wordy, "static")
     assert store.known is None
     assert store.first_stage_info["reason"].startswith("long documents (a median of ")
+
+
+def test_a_sample_of_few_texts_maps_nothing(wordy: Path, monkeypatch: pytest.MonkeyPatch):
+    # 40 rows hold 80 texts: a ridge map of 385 weights a dimension would be guesswork.
+    monkeypatch.setattr(fs, "SAMPLE_ROWS", 40)
+    monkeypatch.setattr(fs, "MIN_TEXTS", 160)
+    _, store, _ = _scan(wordy, "static")
+    assert store.known is None
+    assert store.first_stage_info["reason"] == "the sample's rows hold 80 distinct texts (a map needs 400)"
