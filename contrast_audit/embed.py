@@ -444,6 +444,7 @@ class EmbeddingStore:
             cross = alike_rows(corpus, cfg.margin_doc_ratio)
         slots = np.c_[corpus.anchor, corpus.positive, corpus.negatives]
         rows = fs.select_rows(stage.vectors, stage.bar, slots, cross, self.batches.rows, self.batches.offsets)
+        rows |= fs.own_negatives_near(stage.vectors, stage.bar, slots)  # mislabelled negatives, in every row
         rows[sample_rows] = True
         known = np.zeros(n, dtype=bool)
         live = slots[rows]

@@ -3,7 +3,9 @@
 The embedding detectors flag a pair only at a high cosine (0.825 by default), and in a batch plan a
 text is only ever compared with the texts of its batch. A static model scores every such comparison
 for almost nothing, and the full model embeds only the rows of a comparison the static model finds
-near, plus a fixed sample; every other comparison is reported as not compared by the full model.
+near, the rows whose own hard negative it finds near the row's anchor or positive (mislabelled
+negatives are judged in every row), and a fixed sample; every other comparison is reported as not
+compared by the full model.
 
 - **The static model** is the full model's own input token embeddings (no forward pass, no torch,
   nothing downloaded), each token weighted by SIF on its vocabulary rank as model2vec weights its
@@ -206,3 +208,20 @@ def select_rows(
         hit = near.any(axis=1)
         selected[batch[np.unique(owner[hit])]] = True
     return selected
+
+
+def own_negatives_near(vectors: np.ndarray, bar: float, texts_of_rows: np.ndarray) -> np.ndarray:
+    """Rows with a hard negative whose mapped static cosine to the row's own anchor or positive reaches
+    ``bar``: a mislabelled negative is judged against them in every row, whatever the plan."""
+    near = np.zeros(texts_of_rows.shape[0], dtype=bool)
+    anchor, positive = texts_of_rows[:, 0], texts_of_rows[:, 1]
+    for slot in range(2, texts_of_rows.shape[1]):
+        neg = texts_of_rows[:, slot]
+        has = np.flatnonzero((neg >= 0) & (neg != anchor) & (neg != positive))
+        if has.size == 0:
+            continue
+        v = vectors[neg[has]]
+        to_anchor = np.einsum("ij,ij->i", v, vectors[anchor[has]])
+        to_positive = np.einsum("ij,ij->i", v, vectors[positive[has]])
+        near[has[(to_anchor >= bar) | (to_positive >= bar)]] = True
+    return near

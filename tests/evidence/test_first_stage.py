@@ -112,6 +112,9 @@ def wordy(tmp_path: Path) -> Path:
         twin = rows[j]["positive"].split()
         twin[5] = rng.choice(words)
         rows.append({"id": f"twin{k}", "anchor": text(6), "positive": " ".join(twin)})
+    # A hard negative that repeats its own row's positive but for its last word: mislabelled.
+    positive = text(12)
+    rows.append({"id": "mislabelled", "anchor": text(6), "positive": positive, "negative": positive + " again"})
     return write_jsonl(tmp_path / "pairs.jsonl", rows)
 
 
@@ -119,7 +122,7 @@ def _scan(path: Path, first_stage: str):
     cfg = AuditConfig()
     cfg = replace(
         cfg,
-        plan=replace(cfg.plan, batch_size=404, seed=1),  # one batch: every planted pair is compared
+        plan=replace(cfg.plan, batch_size=405, seed=1),  # one batch: every planted pair is compared
         embedding=replace(cfg.embedding, first_stage=first_stage),
     )
     result = audit([str(path)], cfg)
@@ -134,12 +137,18 @@ def test_the_full_model_embeds_the_near_rows_and_finds_what_it_finds_everywhere(
     monkeypatch.setattr(fs, "SAMPLE_ROWS", 150)
     monkeypatch.setattr(fs, "MIN_TEXTS", 600)
     monkeypatch.setattr(fs, "MIN_SAMPLE_TEXTS", 200)
-    _, everywhere, expected = _scan(wordy, "none")
+    everywhere_result, everywhere, expected = _scan(wordy, "none")
     assert everywhere.first_stage_info == {"used": False, "reason": "first-stage = none"}
     assert everywhere.known is None
     planted = {(401, 120), (120, 401), (400, 11), (11, 400), (402, 301), (301, 402)}
     assert expected and expected <= planted  # one word in twelve changed: two of the three reach the bar
+    mislabelled = set(everywhere_result.mislabelled.select("anchor_row", "severity").rows())
+    assert mislabelled  # the planted one
     result, staged, found = _scan(wordy, "static")
+    assert set(result.mislabelled.select("anchor_row", "severity").rows()) == mislabelled
+    # The row's texts reach the full model for its own negative: it is not sampled and no other row is near.
+    assert 403 not in staged.sample_rows
+    assert staged.known[result.corpus.negatives[403, 0]] and staged.known[result.corpus.positive[403]]
     info = staged.first_stage_info
     assert info["used"] and info["sample_rows"] == 150
     assert info["texts"] < info["of_texts"] / 2  # most rows are far from every other
@@ -188,3 +197,11 @@ def test_a_sample_of_few_texts_maps_nothing(wordy: Path, monkeypatch: pytest.Mon
     _, store, _ = _scan(wordy, "static")
     assert store.known is None
     assert store.first_stage_info["reason"] == "the sample's rows hold 80 distinct texts (a map needs 400)"
+
+
+def test_a_row_whose_own_negative_is_near_its_positive_is_selected():
+    vectors = np.stack([unit(1, 0, 0), unit(0, 1, 0), unit(0, 1, 0.05), unit(0, 0, 1), unit(1, 0, 0.02)])
+    # rows (anchor, positive, negative): 0 (0, 1, 2): its negative near-duplicates its positive;
+    # 1 (3, 1, 4): its negative is near text 0, another row's anchor, and none of its own texts
+    slots = np.array([[0, 1, 2], [3, 1, 4], [3, 0, -1]])
+    assert fs.own_negatives_near(vectors, 0.9, slots).tolist() == [True, False, False]
