@@ -404,11 +404,16 @@ class EmbeddingStore:
         from contrast_audit import first_stage as fs
 
         n = len(texts)
+        cfg = self.cfg
         reason = None
-        if self.cfg.first_stage == "none":
+        if cfg.first_stage == "none":
             reason = "first-stage = none"
         elif self.batches is None:
             reason = "no batch plan: the command compares texts across the whole data"
+        elif cfg.margin or cfg.margin_support is not None or cfg.above_positive > 0 or cfg.pair_evidence:
+            # Their bars sit under the embedding detectors': the margin rule's follows each row's own positive,
+            # pair evidence's is calibrated on the data.
+            reason = "the margin rule or pair evidence is on: they flag pairs under the embedding detectors' bar"
         elif n < fs.MIN_TEXTS:
             reason = f"{n:,} distinct texts (under {fs.MIN_TEXTS:,}: the sample would be most of them)"
         static = None if reason else fs.StaticModel.load(Path(source.path))
@@ -437,11 +442,7 @@ class EmbeddingStore:
         vectors = self._embed(texts, wanted, prompt, source, keys)
         bar = min(self.cfg.positive_threshold, self.cfg.anchor_threshold)
         stage = fs.fit(static_vectors, sample, vectors[sample], bar)
-        cfg = self.cfg
-        if cfg.margin or cfg.margin_support is not None or cfg.above_positive > 0:
-            cross = np.ones(corpus.n_rows, dtype=bool)  # the margin rules compare queries with documents
-        else:
-            cross = alike_rows(corpus, cfg.margin_doc_ratio)
+        cross = alike_rows(corpus, self.cfg.margin_doc_ratio)
         slots = np.c_[corpus.anchor, corpus.positive, corpus.negatives]
         rows = fs.select_rows(stage.vectors, stage.bar, slots, cross, self.batches.rows, self.batches.offsets)
         rows |= fs.own_negatives_near(stage.vectors, stage.bar, slots)  # mislabelled negatives, in every row

@@ -186,8 +186,8 @@ def select_rows(
 
     ``texts_of_rows`` is (rows, slots) of text ids, -1 where a row has fewer; slot 0 is the anchor.
     Anchors are compared with anchors and documents with documents; an anchor with another row's
-    documents only where either row is in ``cross_rows`` (its texts are alike, or a rule compares
-    queries with documents). Identical texts are not compared: the exact detector reads them."""
+    documents only where either row is in ``cross_rows`` (its texts are alike: the embedding detector
+    compares a candidate with the anchor there). Identical texts are not compared: the exact detector reads them."""
     selected = np.zeros(texts_of_rows.shape[0], dtype=bool)
     slots = texts_of_rows.shape[1]
     is_anchor = np.zeros(slots, dtype=bool)

@@ -118,12 +118,12 @@ def wordy(tmp_path: Path) -> Path:
     return write_jsonl(tmp_path / "pairs.jsonl", rows)
 
 
-def _scan(path: Path, first_stage: str):
+def _scan(path: Path, first_stage: str, **embedding):
     cfg = AuditConfig()
     cfg = replace(
         cfg,
         plan=replace(cfg.plan, batch_size=405, seed=1),  # one batch: every planted pair is compared
-        embedding=replace(cfg.embedding, first_stage=first_stage),
+        embedding=replace(cfg.embedding, first_stage=first_stage, **embedding),
     )
     result = audit([str(path)], cfg)
     store = next(d.store for d in result.detectors if getattr(d, "store", None) is not None)
@@ -205,3 +205,14 @@ def test_a_row_whose_own_negative_is_near_its_positive_is_selected():
     # 1 (3, 1, 4): its negative is near text 0, another row's anchor, and none of its own texts
     slots = np.array([[0, 1, 2], [3, 1, 4], [3, 0, -1]])
     assert fs.own_negatives_near(vectors, 0.9, slots).tolist() == [True, False, False]
+
+
+@pytest.mark.parametrize("rule", [{"margin": True}, {"above_positive": 0.9}, {"pair_evidence": True}])
+def test_rules_with_bars_under_the_embedding_bar_keep_the_full_model(
+    wordy: Path, monkeypatch: pytest.MonkeyPatch, rule: dict
+):
+    monkeypatch.setattr(fs, "SAMPLE_ROWS", 150)
+    monkeypatch.setattr(fs, "MIN_TEXTS", 600)
+    _, store, _ = _scan(wordy, "static", **rule)
+    assert store.known is None
+    assert store.first_stage_info["reason"].startswith("the margin rule or pair evidence is on")
