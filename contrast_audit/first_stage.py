@@ -113,15 +113,17 @@ def _max_length(directory: Path) -> int:
 
 
 def sample_rows(anchor_keys: np.ndarray, positive_keys: np.ndarray, size: int | None = None) -> np.ndarray:
-    """Indexes of the ``size`` (``SAMPLE_ROWS``) rows whose two texts' cache keys XOR smallest: the same
-    rows however the file grows, except for new rows that sort among them."""
+    """Indexes of the ``size`` (``SAMPLE_ROWS``) rows whose two texts' cache keys hash smallest together:
+    the same rows however the file grows, except for new rows that sort among them."""
     size = SAMPLE_ROWS if size is None else size
     n = anchor_keys.shape[0]
     if n <= size:
         return np.arange(n)
-    a = np.frombuffer(np.ascontiguousarray(anchor_keys).tobytes(), dtype=">u8")[::2]
-    p = np.frombuffer(np.ascontiguousarray(positive_keys).tobytes(), dtype=">u8")[::2]
-    return np.sort(np.argsort(a ^ p, kind="stable")[:size])
+    a = np.frombuffer(np.ascontiguousarray(anchor_keys).tobytes(), dtype=">u8")[::2].astype(np.uint64)
+    p = np.frombuffer(np.ascontiguousarray(positive_keys).tobytes(), dtype=">u8")[::2].astype(np.uint64)
+    # The positive's key rotated by a bit: a row whose positive is its anchor (SimCSE) does not hash to 0.
+    mixed = a ^ ((p << np.uint64(1)) | (p >> np.uint64(63)))
+    return np.sort(np.argsort(mixed, kind="stable")[:size])
 
 
 def _unit(v: np.ndarray) -> np.ndarray:

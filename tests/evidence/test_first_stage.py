@@ -45,6 +45,9 @@ def test_the_sample_keeps_its_rows_when_rows_are_appended(monkeypatch: pytest.Mo
     # An old row leaves the sample only for a new row that sorts before it.
     assert set(grown[grown < 200].tolist()) <= set(first.tolist())
     assert fs.sample_rows(keys[:5], keys[5:10], size=20).tolist() == [0, 1, 2, 3, 4]
+    # Rows whose positive is their anchor are sampled like any other, not all first.
+    simcse = fs.sample_rows(np.r_[keys[:200], keys[200:400]], np.r_[keys[:200], keys[:200]], size=20)
+    assert 0 < int((simcse < 200).sum()) < 20
 
 
 def unit(*xs: float) -> np.ndarray:
