@@ -20,9 +20,11 @@ compared by the full model.
   is within ``BAR_MARGIN`` of the lowest detector bar. A comparison under it would be missed by the
   full model at most that often, by the sample's measure.
 
-Data of fewer than ``MIN_TEXTS`` distinct texts, documents of a median over ``LONG_DOCUMENTS`` tokens,
-models without a word-embedding table, and role prompts that differ are embedded whole, as before
-(``reason`` says which).
+The full model embeds every text, as before, for data of fewer than ``MIN_TEXTS`` distinct texts or
+whose sample holds fewer than ``MIN_SAMPLE_TEXTS``, documents of a median over ``LONG_DOCUMENTS``
+tokens, the margin rule or pair evidence (bars under the embedding detectors'), role prompts that
+differ, models without a word-embedding table, and commands without a batch plan
+(``EmbeddingStore.first_stage_info["reason"]`` says which).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ LONG_DOCUMENTS = 48  # tokens: paragraphs rather than sentences. Documents whose
 # to a static model (the mean of many token vectors): on forum bodies (median 56 tokens), abstracts (256)
 # and library records (148) it found 92-100% of rows near, and the full model embeds everything at less
 # cost in one pass than in two. Sentence data measured: medians of 10 to 26 tokens.
-ENCODE_CHUNK = 8192  # texts per static encoding step (bounds the token-vector gather)
+ENCODE_CHUNK = 8192  # texts per static encoding step (bounds the tokenizer output held at once)
 WORD_TABLE = "embeddings.word_embeddings.weight"
 
 
@@ -146,7 +148,6 @@ class Stage:
 
     vectors: np.ndarray
     bar: float
-    near_pairs: int
     info: dict[str, Any] = field(default_factory=dict)
 
 
@@ -166,14 +167,16 @@ def fit(static: np.ndarray, sample: np.ndarray, full: np.ndarray, detector_bar: 
     if near.sum() >= MIN_NEAR:
         bar = float(np.quantile(s[near], MISS_QUANTILE))
         how = f"the {MISS_QUANTILE:g} quantile of {int(near.sum())} sample pairs at full cosine >= {detector_bar - BAR_MARGIN:.3f}"
-    else:
+    elif np.ptp(f) > 1e-6:
         slope, intercept = np.polyfit(f, s, 1)
         spread = float(np.std(s - (intercept + slope * f)))
         bar = float(intercept + slope * (detector_bar - BAR_MARGIN) - 2 * spread)
         how = f"a linear fit on {f.shape[0]} sample pairs (only {int(near.sum())} near), 2 s.d. under it"
+    else:  # every sample pair scores alike: nothing to fit, so compare at the lowest bar
+        bar, how = BAR_RANGE[0], f"the lowest bar: the {f.shape[0]} sample pairs all score alike"
     bar = float(np.clip(bar, *BAR_RANGE))
     vectors = _apply(_fit(static[sample], full), static)
-    return Stage(vectors, round(bar, 4), int(near.sum()), {"bar_from": how})
+    return Stage(vectors, round(bar, 4), {"bar_from": how})
 
 
 def select_rows(
@@ -189,7 +192,8 @@ def select_rows(
     ``texts_of_rows`` is (rows, slots) of text ids, -1 where a row has fewer; slot 0 is the anchor.
     Anchors are compared with anchors and documents with documents; an anchor with another row's
     documents only where either row is in ``cross_rows`` (its texts are alike: the embedding detector
-    compares a candidate with the anchor there). Identical texts are not compared: the exact detector reads them."""
+    compares a candidate with the anchor there). Identical texts are not compared: the exact detector
+    reads them."""
     selected = np.zeros(texts_of_rows.shape[0], dtype=bool)
     slots = texts_of_rows.shape[1]
     is_anchor = np.zeros(slots, dtype=bool)

@@ -219,3 +219,11 @@ def test_rules_with_bars_under_the_embedding_bar_keep_the_full_model(
     _, store, _ = _scan(wordy, "static", **rule)
     assert store.known is None
     assert store.first_stage_info["reason"].startswith("the margin rule or pair evidence is on")
+
+
+def test_a_sample_whose_pairs_all_score_alike_compares_at_the_lowest_bar():
+    static = np.random.default_rng(1).normal(size=(40, 8)).astype(np.float32)
+    full = np.eye(20, dtype=np.float32)  # every sample pair at cosine 0, none near: no spread to fit
+    stage = fs.fit(static, np.arange(20), full, 0.825)
+    assert stage.bar == fs.BAR_RANGE[0]
+    assert "all score alike" in stage.info["bar_from"]
