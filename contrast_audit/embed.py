@@ -442,6 +442,7 @@ class EmbeddingStore:
         vectors = self._embed(texts, wanted, prompt, source, keys)
         bar = min(self.cfg.positive_threshold, self.cfg.anchor_threshold)
         stage = fs.fit(static_vectors, sample, vectors[sample], bar)
+        del static_vectors  # the mapped vectors (float16) are all the selection reads
         cross = alike_rows(corpus, self.cfg.margin_doc_ratio)
         slots = np.c_[corpus.anchor, corpus.positive, corpus.negatives]
         rows = fs.select_rows(stage.vectors, stage.bar, slots, cross, self.batches.rows, self.batches.offsets)

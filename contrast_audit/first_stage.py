@@ -144,7 +144,8 @@ def _apply(weights: np.ndarray, static: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Stage:
-    """A fitted first stage: mapped static vectors of every text, and the bar a comparison must reach."""
+    """A fitted first stage: mapped static vectors of every text (unit, float16), and the bar a comparison
+    must reach."""
 
     vectors: np.ndarray
     bar: float
@@ -175,7 +176,10 @@ def fit(static: np.ndarray, sample: np.ndarray, full: np.ndarray, detector_bar: 
     else:  # every sample pair scores alike: nothing to fit, so compare at the lowest bar
         bar, how = BAR_RANGE[0], f"the lowest bar: the {f.shape[0]} sample pairs all score alike"
     bar = float(np.clip(bar, *BAR_RANGE))
-    vectors = _apply(_fit(static[sample], full), static)
+    weights = _fit(static[sample], full)
+    vectors = np.empty(static.shape[:1] + (full.shape[1],), dtype=np.float16)  # half the memory of float32
+    for lo in range(0, static.shape[0], ENCODE_CHUNK):
+        vectors[lo : lo + ENCODE_CHUNK] = _apply(weights, static[lo : lo + ENCODE_CHUNK])
     return Stage(vectors, round(bar, 4), {"bar_from": how})
 
 
@@ -205,7 +209,7 @@ def select_rows(
         anchor_slot = np.tile(is_anchor, batch.shape[0])
         live = tids >= 0
         tids, owner, anchor_slot = tids[live], owner[live], anchor_slot[live]
-        v = vectors[tids]
+        v = vectors[tids].astype(np.float32)
         near = (v @ v.T) >= bar
         near &= owner[:, None] != owner[None, :]
         near &= tids[:, None] != tids[None, :]
@@ -226,8 +230,8 @@ def own_negatives_near(vectors: np.ndarray, bar: float, texts_of_rows: np.ndarra
         has = np.flatnonzero((neg >= 0) & (neg != anchor) & (neg != positive))
         if has.size == 0:
             continue
-        v = vectors[neg[has]]
-        to_anchor = np.einsum("ij,ij->i", v, vectors[anchor[has]])
-        to_positive = np.einsum("ij,ij->i", v, vectors[positive[has]])
+        v = vectors[neg[has]].astype(np.float32)
+        to_anchor = np.einsum("ij,ij->i", v, vectors[anchor[has]].astype(np.float32))
+        to_positive = np.einsum("ij,ij->i", v, vectors[positive[has]].astype(np.float32))
         near[has[(to_anchor >= bar) | (to_positive >= bar)]] = True
     return near

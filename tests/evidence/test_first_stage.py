@@ -92,7 +92,7 @@ def test_the_map_follows_the_full_models_cosines():
     stage = fs.fit(static, sample, full[sample], 0.825)
     assert fs.BAR_RANGE[0] <= stage.bar <= fs.BAR_RANGE[1]
     rest = np.arange(1, 600, 2)
-    mapped = stage.vectors[rest] @ stage.vectors[rest].T
+    mapped = stage.vectors[rest].astype(np.float32) @ stage.vectors[rest].T.astype(np.float32)
     truth = full[rest] @ full[rest].T
     upper = np.triu_indices(rest.shape[0], 1)
     assert np.corrcoef(mapped[upper], truth[upper])[0, 1] > 0.98  # held-out texts: the map recovers the truth
