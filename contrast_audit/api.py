@@ -425,6 +425,8 @@ def prepare(
         corpus = build_corpus(loaded.rows, cfg.normalise)
     emb = cfg.embedding
     spaces = (1 if emb.query_prompt == emb.doc_prompt else 2) if emb.enabled else 0
+    if spaces == 1 and emb.first_stage == "static":
+        spaces = 2  # the first stage holds static vectors (float32) and their map (float16): a space's worth
     text_bytes = int(corpus.texts.select(pl.col("text").str.len_bytes().sum()).item() or 0)
     resources.check_memory(
         resources.audit_estimate(corpus.n_texts, text_bytes, spaces),

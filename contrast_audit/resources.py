@@ -134,7 +134,7 @@ def load_estimate(n_bytes: int) -> int:
 def audit_estimate(n_texts: int, text_bytes: int, vector_spaces: int, dim: int = 384) -> int:
     """Bytes an audit of ``n_texts`` distinct texts (``text_bytes`` of them in all) needs at its peak,
     with ``vector_spaces`` embedding matrices (0 without embeddings, 2 when the query and document
-    prompts differ)."""
+    prompts differ or a first stage holds static vectors and their float16 map beside the vectors)."""
     vectors = vector_spaces * n_texts * dim * BYTES_PER_VECTOR_FLOAT
     return BASE_BYTES + BYTES_PER_TEXT * n_texts + BYTES_PER_TEXT_BYTE * text_bytes + vectors
 
