@@ -264,7 +264,7 @@ class MarginDetector(_CosineDetector):
         positive is not the anchor): the relevance only the best-answered tenth of the data reaches."""
         if from_doc not in self.above_bar:
             c = self.corpus
-            own = self.query_doc_row & (c.anchor != c.positive) & self.store.calibration_rows(c)
+            own = self.query_doc_row & (c.anchor != c.positive)
             scores = row_positive_scores(self.store, c, from_doc)[own]
             self.above_bar[from_doc] = float(np.quantile(scores, self.above_quantile)) if scores.size else np.inf
         return self.above_bar[from_doc]
@@ -284,10 +284,6 @@ class MarginDetector(_CosineDetector):
             threshold = -float(self.absolute_margin or 0.0)
             score = (cand - pos).astype(np.float64)
             mask = score > threshold
-        rows = pairs.anchor_row
-        unknown = ~s.compared(c.anchor[rows], c.positive[rows], pairs.cand_tid)  # left out by the first stage
-        score[unknown] = np.nan
-        mask &= ~unknown
         # A row whose positive is its anchor (SimCSE-style) has sim(a, p) = 1: the rule would be a
         # cosine threshold on the anchor, a near-duplicate claim the embedding detector judges.
         idx = np.flatnonzero(mask)
@@ -409,12 +405,10 @@ class PairDetector(_CosineDetector):
         elif self.mode == "off":
             self.calibration = cal.fixed(self.fallback, "calibration off: positive-threshold")
         else:
-            s = self.store
-            known = np.flatnonzero(s.calibration_rows(corpus))  # every row, or the first stage's sample
-            a, p = corpus.anchor[known], corpus.positive[known]
+            s, a, p = self.store, corpus.anchor, corpus.positive
             own = a != p
             positive = s.cosine(s.query, s.doc, a[own], p[own])
-            i, j = cal.random_row_pairs(known.shape[0], cal.RANDOM_PAIRS, self.seed)
+            i, j = cal.random_row_pairs(corpus.n_rows, cal.RANDOM_PAIRS, self.seed)
             random = {
                 "query_query": s.cosine(s.query, s.query, a[i], a[j]),
                 "doc_doc": s.cosine(s.doc, s.doc, p[i], p[j]),
@@ -475,9 +469,6 @@ class PairDetector(_CosineDetector):
                 above &= sims >= self.floors[pairing]
             score[idx] = self.threshold + excess / 4.0
             mask[idx] = above & (excess >= 0.0)
-        unknown = ~self.store.compared(c.anchor[r], c.positive[r], c.anchor[s], c.positive[s])
-        score[unknown] = np.nan  # left out by the first stage
-        mask &= ~unknown
         return Hits(self.name, mask, score, self.threshold, np.full(len(pairs), LIKELY, dtype=np.int8))
 
     def info(self) -> dict[str, Any]:

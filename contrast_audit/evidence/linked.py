@@ -53,9 +53,8 @@ class LinkedDetector:
 
             self.store.prepare(corpus)
             # The rows' own sim(anchor, positive), shared with the margin rule (computed once per store).
-            own = (corpus.anchor != corpus.positive) & self.store.calibration_rows(
-                corpus
-            )  # every row, or the first stage's sample
+            # Every row's, or the first stage's sample's: the rows it selected are the near ones.
+            own = (corpus.anchor != corpus.positive) & self.store.calibration_rows(corpus)
             cos = row_positive_scores(self.store, corpus, from_doc=False)[own]
             bar = float(np.quantile(cos, NEAR_QUANTILE)) if cos.shape[0] >= MIN_ROWS else NEAR_FLOOR
             self.near_bar = round(max(NEAR_FLOOR, bar), 4)
