@@ -10,8 +10,8 @@ Data sets, built from the public sets under ``--data`` (never copied into the re
 - ``captions-8k``: every Flickr8k image, two rows of two of its captions (16,184 rows);
 - ``sentences``: every pair of STS-B, MRPC and PAWS-Wiki (dev and test) as a row (30,000 rows or so).
 
-Each scan is ``contrast-audit scan FILE --batch-size 64 --seed 0 --format json`` in its own process with
-an empty ``CONTRAST_AUDIT_CACHE_DIR``; printed per set and mode: wall seconds, the texts the full model
+Each scan is ``contrast-audit scan FILE --batch-size 64 --seed 0`` (JSON, offline) in its own process
+with an empty ``CONTRAST_AUDIT_CACHE_DIR``; printed per set and mode: wall seconds, the texts the full model
 embedded, and the certain + likely findings, with how many of the full model's the first stage keeps.
 ``--rescan`` adds, for ``sentences``, the 1% append: the first 99% of its rows scanned cold, then all of
 them with that cache (both modes).
@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.judged import natural  # noqa: E402
+from bench.judged.common import plan_args, run, scan_command  # noqa: E402
 from bench.quality.cases import _lines, read_mrpc, read_paws, read_sts, write_atomic  # noqa: E402
 
 NATURAL = ("stsb", "mrpc", "paws", "captions", "cqa", "scifact", "cisi")
@@ -72,29 +71,11 @@ def sentences(data: Path, work: Path) -> Path:
 
 
 def scan(pairs: Path, mode: str, cache: Path, out: Path) -> dict:
-    env = {**os.environ, "CONTRAST_AUDIT_CACHE_DIR": str(cache)}
-    command = [
-        str(ROOT / ".venv" / "bin" / "contrast-audit"),
-        "scan",
-        str(pairs),
-        "--batch-size",
-        "64",
-        "--seed",
-        "0",
-        "--first-stage",
-        mode,
-        "--format",
-        "json",
-        "--output",
-        str(out),
-        "-q",
-    ]
+    """One scan in its own process with its own cache (``bench.judged.common.run``), timed."""
+    command = ["env", f"CONTRAST_AUDIT_CACHE_DIR={cache}", *scan_command()]
     start = time.perf_counter()
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    report = run([*command, "scan", str(pairs), *plan_args(0), "--first-stage", mode], out)
     wall = time.perf_counter() - start
-    if done.returncode not in (0, 1):
-        raise SystemExit(f"{' '.join(command)} exited {done.returncode}:\n{done.stderr}")
-    report = json.loads(out.read_text(encoding="utf-8"))
     emb = report["detectors"]["embedding"]
     gated = {(f["anchor_id"], f["candidate_id"], f["direction"]) for f in report["findings"] if f["severity"] in GATED}
     return {
