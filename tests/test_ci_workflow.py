@@ -354,21 +354,15 @@ def test_a_pull_request_cannot_switch_off_its_own_eval_gate(repo: Path, tmp_path
 
 
 @pytest.mark.slow
-def test_a_settings_only_change_runs_the_check_and_passes(repo: Path, tmp_path: Path):
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [("contrast-audit.toml", "embeddings = false\nbatch-size = 8\n"), ("README.md", "docs only\n")],
+    ids=["settings-only", "no-data"],
+)
+def test_a_change_without_data_runs_the_check_and_passes(repo: Path, tmp_path: Path, name: str, text: str):
     base = git(repo, "rev-parse", "HEAD")
-    (repo / "contrast-audit.toml").write_text("embeddings = false\nbatch-size = 8\n", encoding="utf-8")
-    commit(repo, "settings")
-    runner = Runner(repo, base, tmp_path)
-    done = runner.run()
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "no training data files changed" in runner.summary
-
-
-@pytest.mark.slow
-def test_a_change_without_data_passes(repo: Path, tmp_path: Path):
-    base = git(repo, "rev-parse", "HEAD")
-    (repo / "README.md").write_text("docs only\n", encoding="utf-8")
-    commit(repo, "docs")
+    (repo / name).write_text(text, encoding="utf-8")
+    commit(repo, name)
     runner = Runner(repo, base, tmp_path)
     done = runner.run()
     assert done.returncode == 0, done.stderr[-3000:]

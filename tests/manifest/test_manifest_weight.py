@@ -209,24 +209,35 @@ def test_the_largest_weight_is_read(tmp_path):
     assert MAX_WEIGHT == 1e6 and read_manifest(path).batches[0].weights == (1e6, 1e-300)
 
 
-def test_a_weight_of_1e300_stops_scan_and_train_at_its_line(pairs_file, tmp_path):
-    """It used to pass the reader, and train failed a step later: "the loss is inf"."""
+def tampered_refusals(pairs_file, tmp_path, batch: int, slot: int, weight: float) -> tuple[Path, list[str]]:
+    """A weighted manifest whose batch ``batch`` has ``weight`` at ``slot``; the manifest and the stderr of
+    scan and train reading it, each of which must exit 2 without writing a model."""
     data = pairs_file(skewed_rows())
     out = tmp_path / "m.jsonl"
     assert run(str(data), "--out", str(out), "--batch-size", "8", "--weight", "anchor", *LEXICAL).exit_code == 0
-    header, *rest = out.read_text().splitlines()
-    batch = json.loads(rest[1])
-    batch["weights"][0] = 1e300
-    out.write_text("\n".join([header, rest[0], json.dumps(batch), *rest[2:]]) + "\n")
+    header, *batches = out.read_text().splitlines()
+    changed = json.loads(batches[batch])
+    changed["weights"][slot] = weight
+    batches[batch] = json.dumps(changed)
+    out.write_text("\n".join([header, *batches]) + "\n")
     model = tmp_path / "model"
+    errors = []
     for command in (
         ["scan", str(data), "--plan", str(out), "-q", *LEXICAL],
         ["train", str(data), "--manifest", str(out), "--out", str(model), "-q"],
     ):
         result = CliRunner().invoke(app, command)
         assert result.exit_code == 2, result.output
-        assert f"{out}:3: 'weights.0' is 1e+300, above 1,000,000" in result.stderr, result.stderr
+        errors.append(result.stderr)
     assert not model.exists()
+    return out, errors
+
+
+def test_a_weight_of_1e300_stops_scan_and_train_at_its_line(pairs_file, tmp_path):
+    """It used to pass the reader, and train failed a step later: "the loss is inf"."""
+    out, errors = tampered_refusals(pairs_file, tmp_path, 1, 0, 1e300)
+    for stderr in errors:
+        assert f"{out}:3: 'weights.0' is 1e+300, above 1,000,000" in stderr, stderr
 
 
 def test_manifest_refuses_to_write_a_weight_above_the_bound(pairs_file, tmp_path, monkeypatch):
@@ -292,21 +303,9 @@ def test_the_header_weight_is_validated(tmp_path, weight, needle):
 
 
 def test_a_tampered_weight_is_exit_2_for_scan_and_train(pairs_file, tmp_path):
-    data = pairs_file(skewed_rows())
-    out = tmp_path / "m.jsonl"
-    assert run(str(data), "--out", str(out), "--batch-size", "8", "--weight", "anchor", *LEXICAL).exit_code == 0
-    header, *rest = out.read_text().splitlines()
-    batch = json.loads(rest[0])
-    batch["weights"][1] = -1
-    out.write_text("\n".join([header, json.dumps(batch), *rest[1:]]) + "\n")
-    model = tmp_path / "model"
-    scan = ["scan", str(data), "--plan", str(out), "-q", *LEXICAL]
-    train = ["train", str(data), "--manifest", str(out), "--out", str(model), "-q"]
-    for command in (scan, train):
-        result = CliRunner().invoke(app, command)
-        assert result.exit_code == 2, result.output
-        assert f"{out}:2:" in result.stderr and "'weights.1' is -1" in result.stderr, result.stderr
-    assert not model.exists()
+    out, errors = tampered_refusals(pairs_file, tmp_path, 0, 1, -1)
+    for stderr in errors:
+        assert f"{out}:2:" in stderr and "'weights.1' is -1" in stderr, stderr
 
 
 @pytest.mark.slow
