@@ -314,6 +314,16 @@ FirstStage = Annotated[
         "Embeddings",
     ),
 ]
+Backend = Annotated[
+    str | None,
+    _opt(
+        "What runs the model: onnx (ONNX Runtime on the CPU, the model exported once to the cache and checked "
+        "against it; no torch import), torch (sentence-transformers), or auto (onnx on a CPU-only machine for "
+        "fp32 and a Transformer-Pooling-Normalize model, else torch). Vectors of the two are cached apart.  "
+        "\\[default: auto]",
+        "Embeddings",
+    ),
+]
 CacheDir = Annotated[
     str | None,  # a str, not a Path: an empty name stays empty and is refused (config._NOT_EMPTY)
     _opt("Embedding cache directory.  \\[default: $CONTRAST_AUDIT_CACHE_DIR or ~/.cache/contrast-audit]", "Embeddings"),
@@ -594,6 +604,7 @@ AUDIT_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("embed_batch_size", EmbedBatch),
     ("precision", Precision),
     ("first_stage", FirstStage),
+    ("backend", Backend),
     ("cache_dir", CacheDir),
     ("cache", UseCache),
     ("positive_threshold", PositiveThreshold),

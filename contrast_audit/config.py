@@ -155,6 +155,7 @@ class MinHashConfig:
 
 
 FIRST_STAGES = ("static", "none")  # which rows the full model embeds: those a static model finds near, or all
+BACKENDS = ("auto", "onnx", "torch")  # what runs the model: ONNX Runtime where it is exact and kept, or torch
 PRECISIONS = ("fp32", "bf16")  # the model's arithmetic when it encodes (torch autocast for bf16)
 
 
@@ -191,6 +192,7 @@ class EmbeddingConfig:
     batch_size: int = 64
     precision: str = "fp32"
     first_stage: str = "static"
+    backend: str = "auto"
     cache_dir: str | None = None
     use_cache: bool = True
     positive_threshold: float = 0.825
@@ -224,6 +226,11 @@ class EmbeddingConfig:
             raise ConfigError(
                 f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}",
                 fix="use fp32 (exact), or bf16 on a CPU or GPU with bfloat16 arithmetic",
+            )
+        if self.backend not in BACKENDS:
+            raise ConfigError(
+                f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}",
+                fix="auto: ONNX Runtime on a CPU where the model exports exactly, else torch",
             )
         if self.first_stage not in FIRST_STAGES:
             raise ConfigError(
@@ -413,6 +420,7 @@ _FILE_KEYS: dict[str, tuple[str | None, str]] = {
     "embed_batch_size": ("embedding", "batch_size"),
     "precision": ("embedding", "precision"),
     "first_stage": ("embedding", "first_stage"),
+    "backend": ("embedding", "backend"),
     "cache_dir": ("embedding", "cache_dir"),
     "cache": ("embedding", "use_cache"),
     "positive_threshold": ("embedding", "positive_threshold"),
@@ -479,6 +487,7 @@ SETTING_RULES: dict[str, tuple[str, float | None, float | None, bool]] = {
             "device",
             "precision",
             "first_stage",
+            "backend",
             "query_prompt",
             "doc_prompt",
             "cache_dir",
@@ -552,6 +561,7 @@ SETTING_CHOICES: dict[str, tuple[str, ...]] = {
     "on_bad_row": ON_BAD_ROW,
     "precision": PRECISIONS,
     "first_stage": FIRST_STAGES,
+    "backend": BACKENDS,
     "strategy": STRATEGIES,
     "mask_severity": MASK_SEVERITIES,
     "weight": WEIGHTS,

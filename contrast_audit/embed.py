@@ -7,7 +7,6 @@ scoring contract of sentence-transformers' MultipleNegativesRankingLoss with ``c
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import os
@@ -21,9 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from contrast_audit import encoders
 from contrast_audit import model as model_io
 from contrast_audit.config import EmbeddingConfig
 from contrast_audit.corpus import Corpus, alike_rows
+from contrast_audit.encoders import Encoder, OnnxEncoder, TorchEncoder
 from contrast_audit.errors import ConfigError
 from contrast_audit.io.atomic import remove_stale_temporaries
 
@@ -40,6 +41,14 @@ def default_cache_dir() -> Path:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "contrast-audit"
+
+
+@functools.lru_cache(maxsize=4)
+def _load_onnx(directory: str, model_dir: str) -> OnnxEncoder:
+    encoder = encoders.load_onnx(Path(directory), Path(model_dir))
+    if encoder is None:
+        raise ConfigError(f"the exported model in {directory} is gone", fix="run the command again")
+    return encoder
 
 
 @functools.lru_cache(maxsize=4)
@@ -187,49 +196,48 @@ def _digest(array: np.ndarray) -> bytes:
     return digest.digest()
 
 
-MIN_BATCH_TOKENS = 512  # every forward pass covers at least this many tokens (see ``encode_batches``)
-
-
-def _equal_length_batches(st: Any, texts: list[str], prompt: str, batch_size: int) -> list[tuple[np.ndarray, int]]:
+def _equal_length_batches(
+    encoder: Encoder, texts: list[str], prompt: str, batch_size: int
+) -> list[tuple[np.ndarray, int]]:
     """(positions, token length) of ``texts`` in batches of equal token length (prompt included,
     truncated as the model truncates), each of at most ``batch_size`` texts or, for texts so short
-    that such a batch covers fewer than ``MIN_BATCH_TOKENS`` tokens, of as many as reach it."""
+    that such a batch covers fewer than the encoder's ``min_batch_tokens``, of as many as reach it."""
     if not texts:
         return []
-    ids = st.tokenizer(
-        [prompt + t for t in texts], truncation=True, max_length=st.max_seq_length, add_special_tokens=True
-    )["input_ids"]
+    ids = encoder.token_ids([prompt + t for t in texts])
     lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(texts))
     order = np.argsort(lengths, kind="stable")
     bounds = np.flatnonzero(np.diff(lengths[order])) + 1
     batches: list[tuple[np.ndarray, int]] = []
     for group in np.split(order, bounds):
         tokens = max(int(lengths[group[0]]), 1)
-        size = max(batch_size, -(-MIN_BATCH_TOKENS // tokens))
+        size = max(batch_size, -(-encoder.min_batch_tokens // tokens))
         parts = -(-group.shape[0] // size)  # ceil: balanced parts
         batches.extend((part, tokens) for part in np.array_split(group, parts))
     return batches
 
 
 def encode_batches(
-    st: Any, texts: list[str], prompt: str, batch_size: int, **encode: Any
+    encoder: Encoder, texts: list[str], prompt: str, batch_size: int, tokens: bool = False
 ) -> Iterator[tuple[np.ndarray, Any]]:
-    """(positions in ``texts``, the model's outputs for them) batch by batch: ``st.encode`` of texts of
-    equal token length (no padding), every forward pass over at least ``MIN_BATCH_TOKENS`` tokens
-    (a short batch is filled up with repeats of its own texts).
+    """(positions in ``texts``, unit sentence vectors, or with ``tokens`` the token embeddings of each
+    text without the prompt) batch by batch, of texts of equal token length (no padding), every forward
+    pass over at least the encoder's ``min_batch_tokens`` (a short batch is filled up with repeats of its
+    own texts).
 
-    CPU matrix kernels are chosen by the size of the product, and small ones (measured: under about
-    220 rows of tokens on an AVX-512 Xeon) round differently from large ones; with both rules a
+    torch's CPU matrix kernels are chosen by the size of the product, and small ones (measured: under
+    about 220 rows of tokens on an AVX-512 Xeon) round differently from large ones; with both rules a
     text's vector does not depend on which other texts share its batch or how many there are, so a
-    cache filled piecemeal holds the vectors one run would compute.
+    cache filled piecemeal holds the vectors one run would compute. ONNX Runtime's need no fill.
     """
-    for part, tokens in _equal_length_batches(st, texts, prompt, batch_size):
-        chunk = [texts[i] for i in part]
-        need = -(-MIN_BATCH_TOKENS // tokens)
-        if len(chunk) < need:
-            chunk = (chunk * -(-need // len(chunk)))[:need]
-        out = st.encode(chunk, prompt=prompt or None, batch_size=len(chunk), show_progress_bar=False, **encode)
-        yield part, out[: len(part)]
+    with encoder.arithmetic():
+        for part, length in _equal_length_batches(encoder, texts, prompt, batch_size):
+            chunk = [texts[i] for i in part]
+            need = -(-encoder.min_batch_tokens // length)
+            if len(chunk) < need:
+                chunk = (chunk * -(-need // len(chunk)))[:need]
+            out = encoder.tokens(chunk) if tokens else encoder.sentences(chunk, prompt)
+            yield part, out[: len(part)]
 
 
 def find_keys(stored: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -370,6 +378,7 @@ class EmbeddingStore:
     batches: Any = None
     known: np.ndarray | None = None  # per text id: embedded by the full model (None: all are)
     sample_rows: np.ndarray | None = None  # the first stage's sample of rows (None: no first stage)
+    backends: dict[str, tuple[str, str]] = field(default_factory=dict)  # model path → (backend, why)
     first_stage_info: dict[str, Any] = field(default_factory=dict)
 
     def prepare(self, corpus: Corpus) -> None:
@@ -563,32 +572,76 @@ class EmbeddingStore:
         self.stats["cached"] += int(found.sum())
         return out
 
-    def model(self, source: model_io.ModelSource | None = None):
-        """The loaded sentence-transformers model (loaded once per process)."""
+    def model(self, source: model_io.ModelSource | None = None) -> Encoder:
+        """The model as this store runs it (``backend``), loaded once per process."""
         source = source or self.source
-        return _load_model(
+        if self.backend(source) == "onnx":
+            return _load_onnx(str(self.onnx_dir(source)), source.path)
+        st = _load_model(
             source.path, self.cfg.device, source.model_id, source.revision, tuple(sorted(source.sha256.items()))
         )
+        return TorchEncoder(st, self.cfg.precision)
+
+    def onnx_dir(self, source: model_io.ModelSource) -> Path:
+        return encoders.onnx_dir(self.cache_root(), source.fingerprint())
+
+    def backend(self, source: model_io.ModelSource | None = None) -> str:
+        """``onnx`` or ``torch``: what runs the model (``--backend``), decided once per model. ``auto`` runs
+        ONNX Runtime where it is exact and can be kept (fp32, a CPU, the cache, a plain pipeline whose
+        export matches the model) and torch elsewhere; ``onnx`` where it cannot is an error."""
+        source = source or self.source
+        if source.path not in self.backends:
+            self.backends[source.path] = self._choose_backend(source)
+        return self.backends[source.path][0]
+
+    def _choose_backend(self, source: model_io.ModelSource) -> tuple[str, str]:
+        cfg = self.cfg
+        if cfg.backend == "torch":
+            return "torch", "backend = torch"
+        why = None
+        if cfg.precision != "fp32":
+            why = f"precision {cfg.precision} runs under torch autocast"
+        elif cfg.device not in (None, "auto", "cpu"):
+            why = f"device {cfg.device}"
+        elif cfg.device != "cpu" and encoders.accelerator_visible():
+            why = "a GPU is visible and no --device cpu was given"
+        elif self.encoder is not None:
+            why = "the vectors are computed on Ray actors"
+        elif not cfg.use_cache:
+            why = "--no-cache: the exported model is kept in the cache"
+        elif not encoders.onnx_runtime_installed():
+            why = "onnxruntime is not installed"
+        directory = self.onnx_dir(source) if why is None else None
+        if directory is not None and encoders.load_onnx(directory, Path(source.path)) is None:
+            writable = getattr(self, "writable", True)
+            if not writable:
+                why = "the cache cannot be written, so the model cannot be exported to it"
+            else:
+                st = _load_model(
+                    source.path, cfg.device, source.model_id, source.revision, tuple(sorted(source.sha256.items()))
+                )
+                exported, failed = encoders.export(st, Path(source.path), directory)
+                if exported is None:
+                    why = f"the model cannot run on ONNX Runtime: {failed}"
+        if why is None:
+            return "onnx", f"the model exported to {encoders.ONNX_LAYOUT}/{directory.name} in the cache"
+        if cfg.backend == "onnx":
+            raise ConfigError(f"--backend onnx: {why}", fix="pass --backend auto or torch")
+        return "torch", why
 
     def cache_root(self) -> Path:
         return Path(self.cfg.cache_dir) if self.cfg.cache_dir else default_cache_dir()
 
     def vectors_id(self, source: model_io.ModelSource | None = None) -> str:
-        """What vectors are cached under: the model's fingerprint, and the precision it encoded in when
-        that is not fp32 (vectors of one model in two precisions are never mixed)."""
-        fingerprint = (source or self.source).fingerprint()
+        """What vectors are cached under: the model's fingerprint, and the backend or the precision it
+        encoded in when that is not torch in fp32 (vectors of one model computed two ways are never mixed)."""
+        source = source or self.source
+        fingerprint = source.fingerprint()
+        if self.backend(source) == "onnx":
+            return hashlib.sha256(f"{fingerprint}|backend=onnx".encode()).hexdigest()
         if self.cfg.precision == "fp32":
             return fingerprint
         return hashlib.sha256(f"{fingerprint}|precision={self.cfg.precision}".encode()).hexdigest()
-
-    def arithmetic(self, st: Any):
-        """The context the model encodes in: as it is for fp32; torch autocast to bfloat16 for bf16 (on
-        CPUs with bfloat16 instructions 1.7–2.4× faster, vectors within 1e-4 cosine: docs/benchmarks.md)."""
-        if self.cfg.precision == "fp32":
-            return contextlib.nullcontext()
-        import torch
-
-        return torch.autocast(device_type=st.device.type, dtype=torch.bfloat16)
 
     def _encode(
         self,
@@ -606,13 +659,13 @@ class EmbeddingStore:
         """
         if self.encoder is not None:
             return self.encoder(self, texts, keys, prompt, source, cache)
-        st = self.model(source)
+        encoder = self.model(source)
         tick = self.progress("Embedding texts", len(texts)) if self.progress else None
         out = np.zeros((len(texts), 0), dtype=VECTOR_DTYPE)
         pending: list[np.ndarray] = []
         last_flush = time.monotonic()
         done = 0
-        for part, vecs in self.encode_stored(st, texts, prompt):
+        for part, vecs in self.encode_stored(encoder, texts, prompt):
             if out.shape[1] == 0:
                 out = np.zeros((len(texts), vecs.shape[1]), dtype=VECTOR_DTYPE)
             out[part] = vecs
@@ -629,13 +682,10 @@ class EmbeddingStore:
                 pending, last_flush = [], time.monotonic()
         return out
 
-    def encode_stored(self, st: Any, texts: list[str], prompt: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def encode_stored(self, encoder: Encoder, texts: list[str], prompt: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(positions, stored-form vectors) of ``texts``, batch by batch, as this store computes them."""
-        with self.arithmetic(st):  # entered once: autocast casts the weights afresh on every entry
-            for part, vecs in encode_batches(
-                st, texts, prompt, self.cfg.batch_size, normalize_embeddings=True, convert_to_numpy=True
-            ):
-                yield part, quantise(vecs)
+        for part, vecs in encode_batches(encoder, texts, prompt, self.cfg.batch_size):
+            yield part, quantise(vecs)
 
     def flush(self, cache: EmbeddingCache | None, keys: np.ndarray, vectors: np.ndarray) -> None:
         """Write new vectors to the cache (nothing without one)."""
@@ -662,6 +712,12 @@ class EmbeddingStore:
             out[start:stop] = np.einsum("ij,ij->i", left[u[start:stop]], right[v[start:stop]])
         return out
 
+    def _backend_info(self, source: model_io.ModelSource | None) -> dict[str, Any]:
+        chosen = self.backends.get(source.path) if source else None
+        if chosen is None:
+            return {"backend": None}
+        return {"backend": chosen[0], "backend_reason": chosen[1]}
+
     def info(self) -> dict[str, Any]:
         src = getattr(self, "source", None)
         return {
@@ -675,6 +731,7 @@ class EmbeddingStore:
             "similarity": "cosine",
             "device": self.cfg.device or "auto",
             "precision": self.cfg.precision,
+            **self._backend_info(src),
             "cache_dtype": VECTOR_DTYPE.name,
             **self.stats,
             "first_stage": self.first_stage_info,

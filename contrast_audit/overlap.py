@@ -332,15 +332,11 @@ class Encoder:
         dim = cached.shape[1] if cached is not None and cached.shape[0] else None
         new = None
         if missing.size:
-            st = self.store.model()
             todo = [texts[i] for i in missing]
-            with self.store.arithmetic(st):
-                for part, vecs in encode_batches(
-                    st, todo, self.prompt, self.store.cfg.batch_size, normalize_embeddings=True, convert_to_numpy=True
-                ):
-                    if new is None:
-                        new = np.zeros((len(todo), vecs.shape[1]), dtype=np.float32)
-                    new[part] = vecs
+            for part, vecs in encode_batches(self.store.model(), todo, self.prompt, self.store.cfg.batch_size):
+                if new is None:
+                    new = np.zeros((len(todo), vecs.shape[1]), dtype=np.float32)
+                new[part] = vecs
             dim = new.shape[1]
             if cache is not None:
                 try:

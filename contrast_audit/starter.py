@@ -139,6 +139,11 @@ SECTIONS: list[tuple[str, dict[str, tuple[str, Any]]]] = [
                 "batch, plus a sample) or none (every text).",
                 None,
             ),
+            "backend": (
+                "What runs the model: auto (ONNX Runtime on a CPU-only machine where the model exports exactly, "
+                "else torch), onnx or torch.",
+                None,
+            ),
             "cache_dir": (
                 "Embedding cache directory (default: $CONTRAST_AUDIT_CACHE_DIR or ~/.cache/contrast-audit).",
                 ".contrast-audit-cache",

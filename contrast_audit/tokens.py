@@ -18,9 +18,6 @@ the scanned corpus: every distinct text, or an evenly spaced sample of ``IDF_SAM
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +26,7 @@ import numpy as np
 from contrast_audit.config import PolicyConfig
 from contrast_audit.corpus import Corpus
 from contrast_audit.embed import EmbeddingStore, ShardCache, encode_batches, find_keys, text_keys
+from contrast_audit.encoders import ModelTokenizer, file_tokenizer, unit
 
 IDF_SAMPLE = 50_000
 TOKEN_PROMPT = "tokens:v1:"  # the cache key's prefix: token embeddings never collide with sentence vectors
@@ -104,72 +102,6 @@ class TokenCache:
             pass  # a read-only cache directory only costs a re-encode next time
 
 
-@dataclass(frozen=True)
-class ModelTokenizer:
-    """What the alignment needs of a model's tokenizer: token ids with the model's special tokens,
-    truncated at ``max_length`` (``tokenizer(texts, truncation=True, max_length=...)``), the
-    vocabulary size and the special token ids (weighted 0)."""
-
-    encode: Callable[[list[str]], list[list[int]]]
-    vocab_size: int
-    special_ids: frozenset[int]
-    max_length: int
-    source: str  # "tokenizer.json" or "model"
-
-
-def file_tokenizer(directory: Path) -> ModelTokenizer | None:
-    """The tokenizer of a sentence-transformers model directory read from its ``tokenizer.json`` with
-    the ``tokenizers`` library, as the loaded model would tokenise: its ``max_seq_length``
-    (``sentence_bert_config.json``), no padding, special tokens added. None when the directory lacks
-    those files or declares what the file alone cannot reproduce (text lowercased by the model
-    module, a ``do_lower_case`` that the tokenizer's normaliser does not carry); the caller then
-    uses the loaded model's tokenizer."""
-    path = directory / "tokenizer.json"
-    config_path = directory / "sentence_bert_config.json"
-    if not path.is_file() or not config_path.is_file():
-        return None
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-        spec = json.loads(path.read_text(encoding="utf-8"))
-        tok_config_path = directory / "tokenizer_config.json"
-        tok_config = json.loads(tok_config_path.read_text(encoding="utf-8")) if tok_config_path.is_file() else {}
-    except (OSError, ValueError):
-        return None
-    max_length = config.get("max_seq_length")
-    if not isinstance(max_length, int) or max_length <= 0 or config.get("do_lower_case"):
-        return None
-    normalizer = spec.get("normalizer") or {}
-    lower = tok_config.get("do_lower_case")
-    if lower is not None and normalizer.get("type") == "BertNormalizer" and normalizer.get("lowercase") != lower:
-        return None
-    from tokenizers import Tokenizer
-
-    try:
-        tokenizer = Tokenizer.from_file(str(path))
-    except Exception:  # the library raises its own exception types for files it cannot read
-        return None
-    tokenizer.no_padding()
-    tokenizer.enable_truncation(max_length)
-    special = frozenset(int(i) for i, token in tokenizer.get_added_tokens_decoder().items() if token.special)
-
-    def encode(texts: list[str]) -> list[list[int]]:
-        return [e.ids for e in tokenizer.encode_batch(texts, add_special_tokens=True)]
-
-    return ModelTokenizer(
-        encode, tokenizer.get_vocab_size(with_added_tokens=True), special, max_length, "tokenizer.json"
-    )
-
-
-def model_tokenizer(st: Any) -> ModelTokenizer:
-    """The tokenizer of a loaded sentence-transformers model."""
-    tokenizer, max_length = st.tokenizer, st.max_seq_length
-
-    def encode(texts: list[str]) -> list[list[int]]:
-        return tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
-
-    return ModelTokenizer(encode, len(tokenizer), frozenset(tokenizer.all_special_ids), max_length, "model")
-
-
 class TokenStore:
     """Unit token vectors and idf weights per text id, computed on demand; alignments of text pairs
     with token match threshold ``match`` (0: soft matching)."""
@@ -200,7 +132,7 @@ class TokenStore:
         """The model's tokenizer, from its ``tokenizer.json`` where it can be (no model load, no
         torch), else from the loaded model."""
         if self.tokenizer is None:
-            self.tokenizer = file_tokenizer(Path(self.store.source.path)) or model_tokenizer(self.store.model())
+            self.tokenizer = file_tokenizer(Path(self.store.source.path)) or self.store.model().tokenizer()
         return self.tokenizer
 
     def _token_ids(self, texts: list[str]) -> list[list[int]]:
@@ -240,18 +172,12 @@ class TokenStore:
             self._keep(need[slot], ids[slot], mat)
         missing = np.array([i for i in range(len(need)) if i not in cached], dtype=np.int64)
         if missing.size:
-            st = self.store.model()
             todo = [texts[i] for i in missing]
             mats: list[np.ndarray] = [np.zeros((0, 0), dtype=np.float16)] * len(todo)
-            with self.store.arithmetic(st):
-                # No role prompt: its tokens would align with themselves.
-                for part, encoded in encode_batches(
-                    st, todo, "", self.store.cfg.batch_size, output_value="token_embeddings"
-                ):
-                    for slot, m in zip(part, encoded, strict=True):
-                        rows = m.float().cpu().numpy()
-                        rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
-                        mats[slot] = rows.astype(np.float16)
+            # No role prompt: its tokens would align with themselves.
+            for part, encoded in encode_batches(self.store.model(), todo, "", self.store.cfg.batch_size, tokens=True):
+                for slot, m in zip(part, encoded, strict=True):
+                    mats[slot] = unit(m).astype(np.float16)
             for slot, mat in zip(missing, mats, strict=True):
                 self._keep(need[slot], ids[slot], mat)
             if self.cache is not None:

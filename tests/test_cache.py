@@ -241,7 +241,8 @@ def test_an_interrupted_run_resumes_where_it_stopped(tmp_path: Path, monkeypatch
     monkeypatch.setattr(embed, "FLUSH_TEXTS", 2)
     cfg = EmbeddingConfig(cache_dir=str(tmp_path), device="cpu", batch_size=2)
     store = EmbeddingStore(cfg)
-    real_encode = store.model(embed.model_io.resolve(None)).encode
+    encoder = type(store.model(embed.model_io.resolve(None)))
+    real_encode = encoder.sentences
     calls = {"n": 0}
 
     def dying_encode(*args, **kwargs):
@@ -250,7 +251,7 @@ def test_an_interrupted_run_resumes_where_it_stopped(tmp_path: Path, monkeypatch
             raise KeyboardInterrupt  # the user pressed ^C after three blocks
         return real_encode(*args, **kwargs)
 
-    monkeypatch.setattr(store.model(embed.model_io.resolve(None)), "encode", dying_encode)
+    monkeypatch.setattr(encoder, "sentences", dying_encode)
     with pytest.raises(KeyboardInterrupt):
         store.prepare(c)
     monkeypatch.undo()

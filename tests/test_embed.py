@@ -8,6 +8,7 @@ from support import corpus_of
 
 from contrast_audit.config import EmbeddingConfig
 from contrast_audit.embed import EmbeddingCache, EmbeddingStore, text_keys
+from contrast_audit.encoders import TorchEncoder
 
 ROWS = [
     (
@@ -91,13 +92,14 @@ def test_bf16_vectors_are_close_to_fp32_and_cached_apart(tmp_path, monkeypatch):
     exact.prepare(c)
     fast = EmbeddingStore(EmbeddingConfig(cache_dir=str(tmp_path), precision="bf16"))
     entered = []
-    arithmetic = EmbeddingStore.arithmetic
-    monkeypatch.setattr(EmbeddingStore, "arithmetic", lambda self, st: entered.append(1) or arithmetic(self, st))
+    arithmetic = TorchEncoder.arithmetic
+    monkeypatch.setattr(TorchEncoder, "arithmetic", lambda self: entered.append(1) or arithmetic(self))
     fast.prepare(c)
     assert len(entered) == 1  # once for all batches: autocast casts the weights again on each entry
     monkeypatch.undo()
     assert fast.info()["embedded"] == c.n_texts and fast.info()["cached"] == 0  # not the fp32 vectors
     assert fast.info()["precision"] == "bf16" and exact.info()["precision"] == "fp32"
+    assert fast.info()["backend"] == "torch" and "autocast" in fast.info()["backend_reason"]
     assert fast.vectors_id() != exact.vectors_id()
     assert np.all(np.einsum("ij,ij->i", exact.doc, fast.doc) > 0.999)
     again = EmbeddingStore(EmbeddingConfig(cache_dir=str(tmp_path), precision="bf16"))
@@ -118,21 +120,24 @@ def test_bf16_vectors_are_close_to_fp32_and_cached_apart(tmp_path, monkeypatch):
     assert bad.exit_code == 2 and "precision" in bad.output
 
 
-def test_a_texts_vector_does_not_depend_on_its_batch_mates(tmp_path):
-    """Small matrix products round differently from large ones on some CPUs: every forward pass
-    covers MIN_BATCH_TOKENS tokens, so one text alone, with one other or with many of its length
-    gets the same bits."""
-    from contrast_audit.embed import MIN_BATCH_TOKENS, _equal_length_batches, encode_batches
+@pytest.mark.parametrize("backend", ["torch", "onnx"])
+def test_a_texts_vector_does_not_depend_on_its_batch_mates(tmp_path, backend):
+    """Small matrix products round differently from large ones in torch's CPU kernels: every torch
+    forward pass covers MIN_BATCH_TOKENS tokens, so one text alone, with one other or with many of its
+    length gets the same bits. ONNX Runtime's kernels give them without the fill."""
+    from contrast_audit.embed import _equal_length_batches, encode_batches
+    from contrast_audit.encoders import MIN_BATCH_TOKENS
 
-    store = EmbeddingStore(EmbeddingConfig(cache_dir=str(tmp_path)))
+    store = EmbeddingStore(EmbeddingConfig(cache_dir=str(tmp_path), backend=backend, device="cpu"))
     store.prepare(corpus_of(ROWS))
-    st = store.model()
+    encoder = store.model()
+    assert encoder.name == backend
     short = ["cat", "dog", "a red car", "two blue cars", "the quick brown fox jumps"]
     texts = short * 30 + [" ".join(["word"] * 40)]
 
     def encode(batch: list[str], size: int) -> np.ndarray:
         out = np.zeros((len(batch), 384), dtype=np.float32)
-        for part, vecs in encode_batches(st, batch, "", size, convert_to_numpy=True, normalize_embeddings=True):
+        for part, vecs in encode_batches(encoder, batch, "", size):
             out[part] = vecs
         return out
 
@@ -141,7 +146,8 @@ def test_a_texts_vector_does_not_depend_on_its_batch_mates(tmp_path):
         np.testing.assert_array_equal(encode([texts[i]], 64)[0], together[i])
     np.testing.assert_array_equal(encode(texts[:7], 3), together[:7])
     # Batches of very short texts grow to cover the minimum; none is split into passes below it.
-    batches = _equal_length_batches(st, texts, "", 4)
+    batches = _equal_length_batches(encoder, texts, "", 4)
+    floor = MIN_BATCH_TOKENS if backend == "torch" else 1
     for part, tokens in batches:
         alike = sum(len(p) for p, t in batches if t == tokens)
-        assert len(part) * tokens >= MIN_BATCH_TOKENS or len(part) == alike  # else filled up at encode time
+        assert len(part) * tokens >= floor or len(part) == alike  # else filled up at encode time

@@ -305,12 +305,10 @@ class _Encoder:
     does in this process (``EmbeddingStore.encode_stored``), so the vectors are those a local run computes."""
 
     def __init__(self, store: Any, source: Any, prompt: str, threads: int | None) -> None:
-        if threads:
-            import torch
-
-            torch.set_num_threads(threads)
         self.store, self.prompt = store, prompt
         self.st = store.model(source)
+        if threads:
+            self.st.set_threads(threads)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         texts = [str(t) for t in batch["text"]]

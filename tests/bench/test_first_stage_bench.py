@@ -1,4 +1,5 @@
-"""bench/first_stage.py: the captions file it builds, and one scan of it read back in both modes."""
+"""bench/first_stage.py: the captions file it builds, the export it makes once, and one scan of it read
+back in each mode."""
 
 from __future__ import annotations
 
@@ -39,8 +40,12 @@ def test_a_scan_reads_back_what_each_mode_embedded(tmp_path: Path, monkeypatch):
     write_captions(tmp_path / "data")
     monkeypatch.setenv("CONTRAST_AUDIT_CACHE_DIR", str(tmp_path / "ignored"))  # scan sets its own
     pairs = bench.captions_8k(tmp_path / "data", tmp_path / "work")
-    for mode in ("none", "static"):
-        run = bench.scan(pairs, mode, tmp_path / f"cache-{mode}", tmp_path / f"report-{mode}.json")
+    export, _ = bench.export_once(tmp_path / "work")
+    assert export.name == bench.EXPORT and any(export.rglob("model.onnx"))
+    for label, mode in bench.MODES.items():
+        cache = bench.fresh_cache(tmp_path / label, mode, export)
+        run = bench.scan(pairs, mode, cache, tmp_path / f"{label}.json")
+        assert run["backend"] == mode[1]
         assert run["rows"] == 5 and run["texts"] == 10
         assert run["embedded"] == 10 and run["cached"] == 0  # a fresh cache, and too few texts for a first stage
         assert run["stage"]["used"] is False

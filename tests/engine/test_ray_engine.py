@@ -114,7 +114,7 @@ def test_negatives_with_vectors_from_ray_lists_the_in_memory_ones(local_ray, tmp
         result = CliRunner().invoke(
             app,
             ["negatives", str(data), "--batch-size", "22", "--engine", engine, "--top", "15", "--format", "json"]
-            + ["--output", str(out), "--cache-dir", str(tmp_path / engine)],
+            + ["--output", str(out), "--cache-dir", str(tmp_path / engine), "--backend", "torch"],
         )
         assert result.exit_code == 0, result.output
         return json.loads(out.read_text())
