@@ -36,6 +36,8 @@ def store(cache: Path, **settings) -> EmbeddingStore:
 def test_onnx_vectors_match_torch_and_are_cached_apart(tmp_path):
     onnx, torch = store(tmp_path, backend="onnx"), store(tmp_path, backend="torch")
     assert onnx.info()["backend"] == "onnx" and torch.info()["backend"] == "torch"
+    network = torch.model().st[0].auto_model
+    assert network.config._attn_implementation != "eager"  # exported with eager attention, then given back
     assert onnx.vectors_id() != torch.vectors_id()
     assert torch.info()["embedded"] == onnx.info()["embedded"]  # neither read the other's vectors
     np.testing.assert_allclose(onnx.doc, torch.doc, atol=2e-3)  # float16 in the cache: one step of it
