@@ -638,7 +638,7 @@ class EmbeddingStore:
         source = source or self.source
         fingerprint = source.fingerprint()
         if self.backend(source) == "onnx":
-            return hashlib.sha256(f"{fingerprint}|backend=onnx".encode()).hexdigest()
+            return hashlib.sha256(f"{fingerprint}|backend={encoders.ONNX_LAYOUT}".encode()).hexdigest()
         if self.cfg.precision == "fp32":
             return fingerprint
         return hashlib.sha256(f"{fingerprint}|precision={self.cfg.precision}".encode()).hexdigest()

@@ -31,7 +31,7 @@ import numpy as np
 from contrast_audit.io.atomic import remove_stale_temporaries
 
 MIN_BATCH_TOKENS = 512  # every torch forward pass covers at least this many tokens (see ``embed.encode_batches``)
-ONNX_LAYOUT = "onnx-v1"  # the cache's folder of exported models
+ONNX_LAYOUT = "onnx-v1"  # the cache's folder of exported models, and part of their vectors' cache key
 EXPORT_TOLERANCE = 1e-4  # largest difference of a probe's unit vector between the export and torch
 PROBE_TEXTS = (
     "A man is playing a flute.",
