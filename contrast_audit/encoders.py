@@ -199,7 +199,15 @@ class OnnxEncoder:
             options.log_severity_level = 3  # errors only: its warnings would land on the scan's stderr
             if self.threads:
                 options.intra_op_num_threads = self.threads
-            self._session = ort.InferenceSession(str(self.file), options, providers=["CPUExecutionProvider"])
+            try:
+                self._session = ort.InferenceSession(str(self.file), options, providers=["CPUExecutionProvider"])
+            except Exception as exc:  # the runtime raises its own types for a file it cannot read
+                from contrast_audit.errors import ModelError
+
+                raise ModelError(
+                    f"{self.file}: ONNX Runtime cannot load the exported model ({type(exc).__name__})",
+                    fix=f"delete {self.file.parent} (the next scan exports the model again), or pass --backend torch",
+                ) from exc
         return self._session
 
     def token_ids(self, texts: list[str]) -> list[list[int]]:

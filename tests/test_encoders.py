@@ -13,7 +13,7 @@ import pytest
 from support import corpus_of
 from typer.testing import CliRunner
 
-from contrast_audit import encoders
+from contrast_audit import embed, encoders
 from contrast_audit.config import EmbeddingConfig
 from contrast_audit.embed import EmbeddingStore
 from contrast_audit.errors import ConfigError
@@ -169,3 +169,17 @@ def test_the_backend_on_the_command_line_and_in_the_report(tmp_path):
     assert embedding["backend"] == "torch" and embedding["backend_reason"] == "backend = torch"
     bad = CliRunner().invoke(app, [*args, "--backend", "tensorrt"])
     assert bad.exit_code == 2 and "backend" in bad.output
+
+
+def test_a_damaged_export_is_an_error_that_says_how_to_mend_it(tmp_path):
+    from contrast_audit.cli import app
+
+    first = store(tmp_path)
+    model = encoders.onnx_dir(tmp_path, first.source.fingerprint()) / "model.onnx"
+    model.write_bytes(b"not a model")
+    embed._load_onnx.cache_clear()  # as a new process finds it
+    data = tmp_path / "pairs.jsonl"
+    data.write_text(json.dumps({"anchor": "a text never seen", "positive": "nor this one"}) + "\n", encoding="utf-8")
+    done = CliRunner().invoke(app, ["scan", str(data), "--cache-dir", str(tmp_path), "-q"])
+    assert done.exit_code == 2 and "cannot load the exported model" in done.output
+    assert "--backend torch" in done.output
