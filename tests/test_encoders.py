@@ -49,6 +49,18 @@ def test_onnx_vectors_match_torch_and_are_cached_apart(tmp_path):
     assert (encoders.onnx_dir(tmp_path, onnx.source.fingerprint()) / "model.onnx").is_file()
 
 
+def test_prompts_and_texts_past_the_models_length_encode_alike_on_both(tmp_path):
+    long = " ".join(f"word{i} and more" for i in range(300))  # past max_seq_length: truncated alike
+    texts = [long, "short", "naïve café"]
+    vectors = {}
+    for backend in ("onnx", "torch"):
+        s = EmbeddingStore(EmbeddingConfig(cache_dir=str(tmp_path / backend), backend=backend, device="cpu"))
+        s.prepare(corpus_of(ROWS))
+        encoder = s.model()
+        vectors[backend] = np.concatenate([encoder.sentences([t], "query: ") for t in texts])
+    np.testing.assert_allclose(vectors["onnx"], vectors["torch"], atol=1e-5)
+
+
 def test_token_embeddings_align_alike_on_both(tmp_path):
     corpus = corpus_of(ROWS)
     scores = {}
