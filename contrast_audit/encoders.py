@@ -197,6 +197,9 @@ class OnnxEncoder:
 
             options = ort.SessionOptions()
             options.log_severity_level = 3  # errors only: its warnings would land on the scan's stderr
+            # Idle threads sleep instead of spinning: a scan runs its own work between short calls
+            # (measured 2-4% faster cold scans on 2 cores).
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             if self.threads:
                 options.intra_op_num_threads = self.threads
             try:
