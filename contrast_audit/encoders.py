@@ -256,11 +256,11 @@ Encoder = TorchEncoder | OnnxEncoder
 
 def accelerator_visible() -> bool:
     """Whether sentence-transformers' automatic device could be a GPU here (an NVIDIA or AMD device
-    node, or a Mac), judged without importing torch."""
+    node; on macOS and Windows, where no device node tells, always), judged without importing torch."""
     import sys
 
     dev = Path("/dev")
-    return sys.platform == "darwin" or any(dev.glob("nvidia[0-9]*")) or (dev / "kfd").exists()
+    return sys.platform in ("darwin", "win32") or any(dev.glob("nvidia[0-9]*")) or (dev / "kfd").exists()
 
 
 def onnx_runtime_installed() -> bool:
