@@ -138,6 +138,14 @@ def test_plain_pipelines_and_the_older_pooling_flags_export():
     assert spec == encoders.OnnxSpec("mean", True)
 
 
+def test_a_machine_that_may_have_a_gpu_runs_torch_unless_told_cpu(tmp_path, monkeypatch):
+    monkeypatch.setattr(encoders, "accelerator_visible", lambda: True)
+    auto = EmbeddingStore(EmbeddingConfig(cache_dir=str(tmp_path)))
+    auto.prepare(corpus_of(ROWS))
+    assert auto.info()["backend"] == "torch" and "GPU" in auto.info()["backend_reason"]
+    assert store(tmp_path).info()["backend"] == "onnx"  # --device cpu
+
+
 def test_torch_where_onnx_cannot_be_exact_or_kept(tmp_path, monkeypatch):
     bf16 = store(tmp_path, precision="bf16")
     assert bf16.info()["backend"] == "torch" and "autocast" in bf16.info()["backend_reason"]
