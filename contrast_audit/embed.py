@@ -379,6 +379,8 @@ class EmbeddingStore:
     known: np.ndarray | None = None  # per text id: embedded by the full model (None: all are)
     sample_rows: np.ndarray | None = None  # the first stage's sample of rows (None: no first stage)
     backends: dict[str, tuple[str, str]] = field(default_factory=dict)  # model path → (backend, why)
+    # The idf sample's token counts, from the first stage's tokenising of every text (None: not counted).
+    document_frequency: encoders.DocumentFrequency | None = None
     first_stage_info: dict[str, Any] = field(default_factory=dict)
 
     def prepare(self, corpus: Corpus) -> None:
@@ -429,7 +431,10 @@ class EmbeddingStore:
         if reason is None and static is None:
             reason = "the model has no tokenizer.json or word-embedding table"
         if reason is None:
-            static_vectors, counts = static.encode(texts)
+            tokenizer = encoders.file_tokenizer(Path(source.path))
+            self.document_frequency = encoders.DocumentFrequency(n, tokenizer) if tokenizer else None
+            on_ids = self.document_frequency.add if self.document_frequency else None
+            static_vectors, counts = static.encode(texts, on_ids)
             long = int(np.median(counts[corpus.positive]))
             if long > fs.LONG_DOCUMENTS:
                 reason = f"long documents (a median of {long} tokens): a static model finds most of them near"

@@ -253,6 +253,37 @@ class OnnxEncoder:
 
 Encoder = TorchEncoder | OnnxEncoder
 
+IDF_SAMPLE = 50_000  # texts the alignment guard's idf weights are counted on (evenly spaced)
+
+
+def idf_sample(n: int) -> np.ndarray:
+    """Positions of the texts, of ``n``, that idf weights are counted on: all, or ``IDF_SAMPLE`` evenly spaced."""
+    return np.unique(np.linspace(0, n - 1, min(n, IDF_SAMPLE)).astype(np.int64)) if n else np.zeros(0, np.int64)
+
+
+class DocumentFrequency:
+    """How many texts of the idf sample of ``n`` texts hold each token id, counted from the token ids
+    (without special tokens) of a pass that tokenises every text anyway, such as the first stage's, so
+    the alignment guard need not tokenise them again. Equal to counting ``tokenizer``'s own ids: the
+    content is cut where ``tokenizer`` cuts it, and special tokens weigh 0 there."""
+
+    def __init__(self, n: int, tokenizer: ModelTokenizer) -> None:
+        self.n = n
+        self.positions = idf_sample(n)
+        specials = len(tokenizer.encode([""])[0])  # what the tokenizer adds to every text
+        self.limit = max(tokenizer.max_length - specials, 0)
+        self.counts = np.zeros(tokenizer.vocab_size, dtype=np.int64)
+
+    def add(self, start: int, ids: list[list[int]]) -> None:
+        """The token ids of texts ``start``, ``start + 1``, … (every text, in order, once)."""
+        lo, hi = np.searchsorted(self.positions, [start, start + len(ids)])
+        held = [np.unique(np.asarray(ids[p - start][: self.limit], dtype=np.int64)) for p in self.positions[lo:hi]]
+        if held:
+            flat = np.concatenate(held)
+            if flat.size and flat.max() >= self.counts.shape[0]:
+                self.counts = np.pad(self.counts, (0, int(flat.max()) + 1 - self.counts.shape[0]))
+            self.counts += np.bincount(flat, minlength=self.counts.shape[0])
+
 
 def accelerator_visible() -> bool:
     """Whether sentence-transformers' automatic device could be a GPU here (an NVIDIA or AMD device

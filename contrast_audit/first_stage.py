@@ -31,6 +31,7 @@ differ, models without a word-embedding table, and commands without a batch plan
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,8 +85,11 @@ class StaticModel:
         p = (1.0 / rank) / (1.0 / rank).sum()
         return cls((table * (SIF / (SIF + p))[:, None]).astype(np.float32), tokenizer)
 
-    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Mean token vector per text (unnormalised; zeros for a text without tokens), and its token count.
+    def encode(
+        self, texts: list[str], on_ids: Callable[[int, list[list[int]]], None] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Mean token vector per text (unnormalised; zeros for a text without tokens), and its token count;
+        ``on_ids(start, ids)`` is given each chunk's token ids (``encoders.DocumentFrequency.add``).
 
         Each chunk of texts is one sparse (texts x vocabulary) matrix of 1/length weights times the table,
         so no (tokens x dimensions) array is ever gathered."""
@@ -95,6 +99,8 @@ class StaticModel:
         counts = np.zeros(len(texts), dtype=np.int64)
         for lo in range(0, len(texts), ENCODE_CHUNK):
             encoded = self.tokenizer.encode_batch(texts[lo : lo + ENCODE_CHUNK], add_special_tokens=False)
+            if on_ids is not None:
+                on_ids(lo, [e.ids for e in encoded])
             lengths = np.fromiter((len(e.ids) for e in encoded), dtype=np.int64, count=len(encoded))
             counts[lo : lo + lengths.shape[0]] = lengths
             total = int(lengths.sum())

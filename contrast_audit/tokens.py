@@ -26,9 +26,8 @@ import numpy as np
 from contrast_audit.config import PolicyConfig
 from contrast_audit.corpus import Corpus
 from contrast_audit.embed import EmbeddingStore, ShardCache, encode_batches, find_keys, text_keys
-from contrast_audit.encoders import ModelTokenizer, file_tokenizer, unit
+from contrast_audit.encoders import ModelTokenizer, file_tokenizer, idf_sample, unit
 
-IDF_SAMPLE = 50_000
 TOKEN_PROMPT = "tokens:v1:"  # the cache key's prefix: token embeddings never collide with sentence vectors
 FLUSH_TEXTS = 4096  # new token matrices written to the cache per shard
 DEFAULT_MATCH = PolicyConfig.alignment_match  # token cosine at which a token has a counterpart in the other text
@@ -144,12 +143,16 @@ class TokenStore:
         tokenizer = self._tokenizer()
         special = tokenizer.special_ids
         n = len(self.texts)
-        sample = np.unique(np.linspace(0, n - 1, min(n, IDF_SAMPLE)).astype(np.int64)) if n else np.zeros(0, int)
-        ids = self._token_ids([self.texts[i] for i in sample])
-        per_text = [np.unique(np.asarray(x, dtype=np.int64)) for x in ids]
-        flat = np.concatenate(per_text) if per_text else np.zeros(0, dtype=np.int64)
-        vocab = max(tokenizer.vocab_size, int(flat.max()) + 1 if flat.size else 0)
-        df = np.bincount(flat, minlength=vocab)
+        counted = self.store.document_frequency
+        if counted is not None and counted.n == n and tokenizer.source == "tokenizer.json":
+            sample, df = counted.positions, counted.counts  # the first stage tokenised every text already
+        else:
+            sample = idf_sample(n)
+            ids = self._token_ids([self.texts[i] for i in sample])
+            per_text = [np.unique(np.asarray(x, dtype=np.int64)) for x in ids]
+            flat = np.concatenate(per_text) if per_text else np.zeros(0, dtype=np.int64)
+            df = np.bincount(flat, minlength=max(tokenizer.vocab_size, int(flat.max()) + 1 if flat.size else 0))
+        df = np.pad(df, (0, max(tokenizer.vocab_size - df.shape[0], 0)))
         idf = np.log((sample.shape[0] + 1.0) / (df + 1.0))
         idf[list(special)] = 0.0
         self.idf, self.idf_texts = idf, int(sample.shape[0])

@@ -206,3 +206,31 @@ def test_a_warm_alignment_loads_neither_the_model_nor_torch(tmp_path):
     score, heavy = proc.stdout.strip().split(" ", 1)
     assert float(score) == pytest.approx(expected, abs=1e-6)
     assert heavy == "[]"
+
+
+def test_idf_from_the_first_stages_token_counts_equals_tokenising_again(tmp_path):
+    """The first stage tokenises every text for its static vectors and counts the idf sample's tokens
+    on the way; the weights equal those of tokenising the sample again, texts past the model's length
+    and texts of no token included."""
+    from pathlib import Path
+
+    from contrast_audit.encoders import DocumentFrequency, file_tokenizer
+    from contrast_audit.first_stage import StaticModel
+    from contrast_audit.model import resolve
+
+    long = " ".join(f"token{i} alpha beta" for i in range(200))
+    rows = [(f"text number {i} about {long if i % 7 == 0 else 'cats'}", f"naïve café {i} ✓", "") for i in range(60)]
+    corpus = corpus_of(rows)
+    texts = corpus.texts.get_column("text").to_list()
+    directory = Path(resolve(None).path)
+    weights = {}
+    for shared in (False, True):
+        store = EmbeddingStore(EmbeddingConfig(cache_dir=str(tmp_path)))
+        tokens = TokenStore(store, 0.7)
+        tokens.prepare(corpus)
+        if shared:
+            store.document_frequency = DocumentFrequency(len(texts), file_tokenizer(directory))
+            StaticModel.load(directory).encode(texts, store.document_frequency.add)
+        tokens._ensure_idf()
+        weights[shared] = tokens.idf
+    np.testing.assert_array_equal(weights[True], weights[False])
