@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from contrast_audit.errors import ModelError
 from contrast_audit.io.atomic import remove_stale_temporaries
 
 MIN_BATCH_TOKENS = 512  # every torch forward pass covers at least this many tokens (see ``embed.encode_batches``)
@@ -205,8 +206,6 @@ class OnnxEncoder:
             try:
                 self._session = ort.InferenceSession(str(self.file), options, providers=["CPUExecutionProvider"])
             except Exception as exc:  # the runtime raises its own types for a file it cannot read
-                from contrast_audit.errors import ModelError
-
                 raise ModelError(
                     f"{self.file}: ONNX Runtime cannot load the exported model ({type(exc).__name__})",
                     fix=f"delete {self.file.parent} (the next scan exports the model again), or pass --backend torch",
