@@ -582,10 +582,12 @@ class EmbeddingStore:
         source = source or self.source
         if self.backend(source) == "onnx":
             return _load_onnx(str(self.onnx_dir(source)), source.path)
-        st = _load_model(
+        return TorchEncoder(self._sentence_transformer(source), self.cfg.precision)
+
+    def _sentence_transformer(self, source: model_io.ModelSource) -> Any:
+        return _load_model(
             source.path, self.cfg.device, source.model_id, source.revision, tuple(sorted(source.sha256.items()))
         )
-        return TorchEncoder(st, self.cfg.precision)
 
     def onnx_dir(self, source: model_io.ModelSource) -> Path:
         return encoders.onnx_dir(self.cache_root(), source.fingerprint())
@@ -622,10 +624,7 @@ class EmbeddingStore:
             if not writable:
                 why = "the cache cannot be written, so the model cannot be exported to it"
             else:
-                st = _load_model(
-                    source.path, cfg.device, source.model_id, source.revision, tuple(sorted(source.sha256.items()))
-                )
-                exported, failed = encoders.export(st, Path(source.path), directory)
+                exported, failed = encoders.export(self._sentence_transformer(source), Path(source.path), directory)
                 if exported is None:
                     why = f"the model cannot run on ONNX Runtime: {failed}"
         if why is None:

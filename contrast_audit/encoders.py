@@ -18,6 +18,7 @@ then optionally Normalize. Anything else (a Dense layer, other pooling, remote c
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import warnings
@@ -57,13 +58,29 @@ class ModelTokenizer:
     source: str  # "tokenizer.json" or "model"
 
 
+_TOKENIZER_FILES = ("tokenizer.json", "sentence_bert_config.json", "tokenizer_config.json")
+
+
 def file_tokenizer(directory: Path) -> ModelTokenizer | None:
     """The tokenizer of a sentence-transformers model directory read from its ``tokenizer.json`` with
     the ``tokenizers`` library, as the loaded model would tokenise: its ``max_seq_length``
     (``sentence_bert_config.json``), no padding, special tokens added. None when the directory lacks
     those files or declares what the file alone cannot reproduce (text lowercased by the model
     module, a ``do_lower_case`` that the tokenizer's normaliser does not carry); the caller then
-    uses the loaded model's tokenizer."""
+    uses the loaded model's tokenizer. Read once per process while the files stay as they are."""
+    stamps = []
+    for name in _TOKENIZER_FILES:
+        try:
+            stat = (directory / name).stat()
+            stamps.append((stat.st_ino, stat.st_mtime_ns, stat.st_size))
+        except OSError:
+            stamps.append(None)
+    return _file_tokenizer(str(directory), tuple(stamps))
+
+
+@functools.lru_cache(maxsize=8)
+def _file_tokenizer(where: str, stamps: tuple) -> ModelTokenizer | None:
+    directory = Path(where)
     path = directory / "tokenizer.json"
     config_path = directory / "sentence_bert_config.json"
     if not path.is_file() or not config_path.is_file():
