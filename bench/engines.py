@@ -4,15 +4,23 @@
     .venv/bin/python -m bench.engines --data pairs.jsonl --engines memory stream --work /tmp/ca-engines
     .venv/bin/python -m bench.engines --quality-data /work/shared/data --engines memory stream --work /tmp/ca-engines
     .venv/bin/python -m bench.engines --rows 10000000 --engines stream --max-memory 4GiB --work /tmp/ca-engines
+    .venv/bin/python -m bench.engines --sentence-rows 1000000 --sentence-data /work/shared/data --embeddings \
+        --engines stream --max-memory 4GiB --work /tmp/ca-engines
 
 Run from the repository root. Inputs: pair files (``--data``); synthetic files of N rows (``--rows``,
-written into WORK by ``bench.scan_scale.write_pairs`` once and kept for later runs); the detection-quality
+written into WORK by ``bench.scan_scale.write_pairs`` once and kept for later runs); files of N rows of
+real sentences (``--sentence-rows``, ``bench.scan_scale.write_sentence_pairs`` from ``--sentence-data``,
+kept the same way: prose for embedding evidence, whose first stage reads templated text as all alike);
+the detection-quality
 cases (``--quality-data``, built into WORK/quality by bench.quality's case builders, each scanned with its
 ``--plan WORK/quality/CASE/plan.jsonl`` and no ``--batch-size``, as bench/quality/run.py scans it). Each
 input is scanned once per engine (``--engines``, default memory stream ray; the memory engine first):
 
     contrast-audit scan FILE --no-embeddings [--batch-size B | --plan PLAN] --format json
         --output WORK/reports/INPUT.ENGINE.json --quiet --engine ENGINE [--max-memory M] [SCAN-ARGS]
+
+(``--embeddings`` leaves ``--no-embeddings`` out; pass ``--scan-args "--cache-dir DIR"`` for a cache of the
+run's own.)
 
 Measured per scan, by a small runner process that starts the scan as its only child, makes itself
 the child subreaper (prctl PR_SET_CHILD_SUBREAPER: the scan's orphans are re-parented to it, not to
@@ -81,6 +89,12 @@ COMPARED = ("findings", "mislabelled_negatives", "counts", "input.row_hashes")
 ALLOWED = (
     "config.engine",
     *(f"detectors.minhash.{k}" for k in ("candidate_checks", "near_duplicate_pairs", "skipped_buckets")),
+    # Cache lookups: a streamed audit looks a text up in every run that holds it, and for the calibrations.
+    *(
+        f"detectors.{d}.{k}"
+        for d in ("embedding", "anchor-embedding", "minhash")
+        for k in ("embedded", "cached", "token_texts_encoded", "token_texts_cached")
+    ),
 )
 SCAN_OK = (0, 1)  # 1 = the gate failed, still a complete report
 SAMPLE_SECONDS = 0.2
@@ -420,7 +434,7 @@ MEASURED = (
 
 
 def build_inputs(args: argparse.Namespace, work: Path) -> list[Input]:
-    from bench.scan_scale import write_pairs
+    from bench.scan_scale import write_pairs, write_sentence_pairs
 
     inputs: list[Input] = []
     names: set[str] = set()
@@ -436,6 +450,15 @@ def build_inputs(args: argparse.Namespace, work: Path) -> list[Input]:
         if not path.is_file():
             raise BenchError(f"{path}: no such file — pass a pair file to --data")
         add(path.name, path)
+    for n in args.sentence_rows:
+        if args.sentence_data is None:
+            raise BenchError("--sentence-rows needs --sentence-data DIR (the shared data sets)")
+        path = work / f"sentences_{n}.jsonl"
+        if not path.is_file():
+            partial = path.with_name(f".{path.name}.partial")
+            write_sentence_pairs(partial, n, args.sentence_data)
+            partial.replace(path)
+        add(f"sentences {n:,}", path)
     for n in args.rows:
         k = args.distinct_positives
         path = work / (f"pairs_{n}_positives_{k}.jsonl" if k else f"pairs_{n}.jsonl")
@@ -458,7 +481,7 @@ def build_inputs(args: argparse.Namespace, work: Path) -> list[Input]:
                 raise BenchError(f"quality case {name}: cannot build it from {args.quality_data}: {exc}") from exc
             add(f"quality/{name}", case.path / "pairs.jsonl", case.path / "plan.jsonl")
     if not inputs:
-        raise BenchError("no input: pass --data FILE, --rows N or --quality-data DIR")
+        raise BenchError("no input: pass --data FILE, --rows N, --sentence-rows N or --quality-data DIR")
     return inputs
 
 
@@ -470,7 +493,7 @@ def scan_command(args: argparse.Namespace, item: Input, engine: str, out: Path) 
         exe,
         "scan",
         str(item.path),
-        "--no-embeddings",
+        *([] if args.embeddings else ["--no-embeddings"]),
         *batches,
         "--format",
         "json",
@@ -574,6 +597,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--distinct-positives", type=int, default=0, help="synthetic files: draw every positive from this many texts"
     )
+    parser.add_argument(
+        "--sentence-rows",
+        type=int,
+        nargs="+",
+        default=[],
+        help="files of real sentences of these sizes (needs --sentence-data)",
+    )
+    parser.add_argument("--sentence-data", type=Path, help="the shared data sets, for --sentence-rows")
+    parser.add_argument("--embeddings", action="store_true", help="scan with embedding evidence (no --no-embeddings)")
     parser.add_argument("--quality-data", type=Path, help="the shared data sets (bench/quality's --data)")
     parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES), help="quality cases")
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=["memory", "stream", "ray"])

@@ -52,6 +52,46 @@ def write_pairs(path: Path, n: int, seed: int = 0, distinct_positives: int = 0) 
             )
 
 
+def sentence_pairs(data: Path) -> list[tuple[str, str]]:
+    """The labelled pairs of the shared data's sentence sets (STS-B, MRPC, PAWS-Wiki dev and test) and
+    two pairs of captions per Flickr8k image, as (text, text)."""
+    from bench.quality.cases import _lines, read_mrpc, read_paws, read_sts
+
+    pairs = [
+        *read_sts(data / "stsbenchmark" / "sts-train.csv", "train"),
+        *read_sts(data / "stsbenchmark" / "sts-dev.csv", "dev"),
+        *read_sts(data / "stsbenchmark" / "sts-test.csv", "test"),
+        *read_mrpc(data / "mrpc" / "msr_paraphrase_train.txt", "train"),
+        *read_mrpc(data / "mrpc" / "msr_paraphrase_test.txt", "test"),
+        *read_paws(data / "paws_wiki" / "dev.tsv", "dev"),
+        *read_paws(data / "paws_wiki" / "test.tsv", "test"),
+    ]
+    out = [(p.text1, p.text2) for p in pairs]
+    by_image: dict[str, list[str]] = {}
+    for _, line in _lines(data / "flickr8k_captions" / "Flickr8k.token.txt"):
+        name, _, caption = line.partition("\t")
+        by_image.setdefault(name.rsplit("#", 1)[0], []).append(caption.strip())
+    for caps in by_image.values():
+        out += [(caps[k], caps[k + 1]) for k in (0, 2) if len(caps) > k + 1]
+    return out
+
+
+def write_sentence_pairs(path: Path, n: int, data: Path, seed: int = 0) -> None:
+    """``n`` rows of real sentences: each row one of the shared data's labelled pairs (``sentence_pairs``),
+    both its texts followed by one more sentence drawn from all of them, so that the texts are distinct
+    (about 2n of them), read like prose, and a pair recurs with another sentence about every 42,000 rows."""
+    pairs = sentence_pairs(data)
+    pool = sorted({t for pair in pairs for t in pair})
+    rng = np.random.default_rng(seed)
+    which, extra = rng.integers(0, len(pairs), n), rng.integers(0, len(pool), n)
+    with path.open("w", encoding="utf-8") as out:
+        for i in range(n):
+            first, second = pairs[which[i]]
+            tail = pool[extra[i]]
+            row = {"anchor": f"{first} {tail}", "positive": f"{second} {tail}", "source": f"s{i % 4}"}
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
 def timed(cmd: list[str]) -> tuple[float, float, float]:
     """Wall seconds, CPU seconds (user + system, which other load on the machine barely changes) and
     peak RSS (MiB) of one command."""

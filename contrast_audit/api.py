@@ -672,7 +672,8 @@ def _streamed(
     result = AuditResult(cfg, s.loaded, s.corpus, s.plan, n_sets, s.judgement, config_file, s.detectors)
     result._row_hashes = s.row_hashes
     plan_notes = plan_warnings(cfg, s.corpus.n_rows, s.plan, n_sets, s.judgement.candidates)
-    result.warnings = [*s.loaded.warnings, *plan_notes]
+    shared = next((st.shared for d in s.detectors if (st := getattr(d, "store", None)) is not None), None)
+    result.warnings = [*s.loaded.warnings, *plan_notes, *(shared.warnings if shared is not None else [])]
     fresh = baseline.new_rows(result.row_hashes()) if baseline is not None else None
     if fresh is not None and cfg.reference.repeats:
         # Texts stay on disk: repeats of old rows by text id, exact ones (near ones need the in-memory engine).

@@ -464,7 +464,8 @@ EngineOpt = Annotated[
     EngineChoice | None,
     _opt(
         "memory: every text in memory; stream: texts on disk, rows judged run by run within --max-memory "
-        "(lexical evidence); ray: the stream engine's work on Ray Data (pip install 'contrast-audit[ray]'); "
+        "(not --against, --eval, --pair, --above-positive or --verifier); ray: the stream engine's "
+        "lexical work on Ray Data, or the vectors on Ray (pip install 'contrast-audit[ray]'); "
         "auto: memory when the input fits, else stream.  \\[default: auto]",
         "Input",
         "--engine",

@@ -13,7 +13,7 @@ import os
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -359,6 +359,84 @@ class EmbeddingCache(ShardCache):
         self.write(keys, vectors=quantise(vectors))
 
 
+def calibration_sample(
+    anchor: np.ndarray, positive: np.ndarray, keys_of: Callable[[np.ndarray], np.ndarray]
+) -> np.ndarray:
+    """Rows a calibration reads: every row, or of more than ``CALIBRATION_ROWS`` those whose texts' cache
+    keys (``keys_of(text ids)``) hash smallest (``first_stage.sample_rows``): the same rows in memory and
+    streamed."""
+    from contrast_audit import first_stage as fs
+
+    if anchor.shape[0] <= CALIBRATION_ROWS:
+        return np.arange(anchor.shape[0])
+    return fs.sample_rows(keys_of(anchor), keys_of(positive), CALIBRATION_ROWS)
+
+
+@dataclass
+class FirstStage:
+    """A first stage fitted on its sample (``EmbeddingStore.fit_first_stage``): the static model, its map,
+    the sample's rows, their distinct text ids and those texts' full vectors."""
+
+    static: Any
+    map: Any
+    rows: np.ndarray
+    sample: np.ndarray
+    vectors: np.ndarray
+
+    def select(self, mapped: np.ndarray, slots: np.ndarray, alike: np.ndarray, batches: Any) -> np.ndarray:
+        """Rows (of ``slots``: rows × text ids) the full model embeds besides the sample's: those near another
+        row of a batch of ``batches`` by their ``mapped`` vectors, and those whose own hard negative is near."""
+        from contrast_audit import first_stage as fs
+
+        rows = fs.select_rows(mapped, self.map.bar, slots, alike, batches.rows, batches.offsets)
+        rows |= fs.own_negatives_near(mapped, self.map.bar, slots)  # mislabelled negatives, in every row
+        return rows
+
+    def info(self, rows: np.ndarray, known: np.ndarray) -> dict[str, Any]:
+        return {
+            "used": True,
+            "bar": self.map.bar,
+            **self.map.info,
+            "sample_rows": int(self.rows.shape[0]),
+            "rows": int(rows.sum()),
+            "of_rows": int(rows.shape[0]),
+            "texts": int(known.sum()),
+            "of_texts": int(known.shape[0]),
+        }
+
+
+CALIBRATION_ROWS = 20_000  # rows whose own anchor-positive cosines calibrate (a sample of larger data)
+
+
+@dataclass
+class Shared:
+    """What a streamed audit decides once over every text, for the store of each run of batches
+    (``engine.stream``): the texts the full model embeds (``known``, per global text id; None: all),
+    the idf counts, the model and backend, and the account the report gives; the stores of the runs
+    add their counts to ``stats`` and their cache problems to ``warnings``."""
+
+    source: model_io.ModelSource
+    backends: dict[str, tuple[str, str]]
+    writable: bool
+    known: np.ndarray | None
+    idf_counts: tuple[int, np.ndarray] | None
+    first_stage_info: dict[str, Any]
+    stats: dict[str, int] = field(default_factory=lambda: {"embedded": 0, "cached": 0})
+    warnings: list[str] = field(default_factory=list)
+    link_bar: float | None = None  # the linked rule's bar, from the rows ``calibration_rows`` names
+    token_stats: dict[str, int] = field(default_factory=dict)  # the alignment guard's, every run's
+
+    def add_run(self, stores: Iterable[EmbeddingStore], token_stores: Iterable[Any] = ()) -> None:
+        """Count a run's stores (and the alignment guard's token stores) in."""
+        for store in stores:
+            for key, value in store.stats.items():
+                self.stats[key] = self.stats.get(key, 0) + value
+            self.warnings += [w for w in getattr(store, "warnings", []) if w not in self.warnings]
+        for tokens in token_stores:
+            for key, value in tokens.stats.items():
+                self.token_stats[key] = self.token_stats.get(key, 0) + value
+
+
 @dataclass
 class EmbeddingStore:
     """Unit vectors per text id: ``query`` for texts used as anchors, ``doc`` for positives and
@@ -376,130 +454,195 @@ class EmbeddingStore:
     # The global batches of the plan the texts are judged in: the first stage selects the rows the full
     # model embeds for them (``contrast_audit.first_stage``). None: every text is embedded.
     batches: Any = None
-    known: np.ndarray | None = None  # per text id: embedded by the full model (None: all are)
+    # Per text id: compared by the full model, as the first stage selected (None: every text). Fixed once
+    # prepared, so what is compared does not depend on the order batches are judged in.
+    known: np.ndarray | None = None
+    embedded: np.ndarray | None = None  # per text id: has its full vector (``known``, and ``ensure``'s)
     sample_rows: np.ndarray | None = None  # the first stage's sample of rows (None: no first stage)
     backends: dict[str, tuple[str, str]] = field(default_factory=dict)  # model path → (backend, why)
     # The idf sample's token counts, from the first stage's tokenising of every text (None: not counted).
     document_frequency: encoders.DocumentFrequency | None = None
     first_stage_info: dict[str, Any] = field(default_factory=dict)
+    # A run of a streamed audit: what was decided over every text, and the run's text ids in it.
+    shared: Shared | None = None
+    global_ids: np.ndarray | None = None
 
     def prepare(self, corpus: Corpus) -> None:
         if self.query is not None:
             return
-        check_device(self.cfg.device)  # before the cache: a warm cache must not hide a bad --device
         self.warnings: list[str] = []
-        self.writable = self._check_cache_dir() if self.cfg.use_cache else False
-        source = model_io.resolve(self.cfg.model)
-        self.source = source
+        self.stats = {"embedded": 0, "cached": 0}
+        if self.shared is not None:
+            self._prepare_run(corpus)
+            return
+        self.open()
+        source = self.source
         texts = corpus.texts.get_column("text").to_list()
+        if self.cfg.query_prompt == self.cfg.doc_prompt:
+            vectors = self._first_stage(corpus, texts, source)
+            if vectors is None:
+                vectors = self._embed(texts, np.ones(len(texts), dtype=bool), self.cfg.query_prompt, source)
+            self.query = self.doc = vectors
+        else:
+            self.first_stage_info = {"used": False, "reason": "the anchor and document prompts differ"}
+            self._embed_roles(corpus, texts, source)
+
+    def open(self) -> None:
+        """Check the device and the cache directory, and find the model (exit 2 where they are wrong)."""
+        self.warnings = getattr(self, "warnings", [])
+        self.stats = self.stats or {"embedded": 0, "cached": 0}
+        check_device(self.cfg.device)  # before the cache: a warm cache must not hide a bad --device
+        self.writable = self._check_cache_dir() if self.cfg.use_cache else False
+        self.source = model_io.resolve(self.cfg.model)
+
+    def _embed_roles(self, corpus: Corpus, texts: list[str], source: model_io.ModelSource) -> None:
+        """Anchors with the query prompt, positives and hard negatives with the document prompt."""
         n = len(texts)
         is_query = np.zeros(n, dtype=bool)
         is_query[corpus.anchor] = True
         is_doc = np.zeros(n, dtype=bool)
         is_doc[corpus.positive] = True
         is_doc[corpus.negatives[corpus.negatives >= 0]] = True
-        self.stats = {"embedded": 0, "cached": 0}
-        if self.cfg.query_prompt == self.cfg.doc_prompt:
-            vectors = self._first_stage(corpus, texts, source)
-            if vectors is None:
-                vectors = self._embed(texts, np.ones(n, dtype=bool), self.cfg.query_prompt, source)
-            self.query = self.doc = vectors
-        else:
-            self.first_stage_info = {"used": False, "reason": "the anchor and document prompts differ"}
-            self.query = self._embed(texts, is_query, self.cfg.query_prompt, source)
-            self.doc = self._embed(texts, is_doc, self.cfg.doc_prompt, source)
+        self.query = self._embed(texts, is_query, self.cfg.query_prompt, source)
+        self.doc = self._embed(texts, is_doc, self.cfg.doc_prompt, source)
+
+    def _prepare_run(self, corpus: Corpus) -> None:
+        """A run's vectors, as ``shared`` decided: the full model's of the texts it selected over every text."""
+        shared = self.shared
+        assert shared is not None and self.global_ids is not None
+        self.source, self.backends, self.writable = shared.source, shared.backends, shared.writable
+        self.first_stage_info = shared.first_stage_info
+        texts = corpus.texts.get_column("text").to_list()
+        if self.cfg.query_prompt != self.cfg.doc_prompt:
+            self._embed_roles(corpus, texts, self.source)
+            return
+        prompt = self.cfg.query_prompt
+        keys = text_keys(texts, prompt)
+        if shared.known is not None:
+            self.known = shared.known[self.global_ids]
+            self.embedded = self.known.copy()
+            self._pending = (texts, keys, prompt, self.source)
+        wanted = self.known if self.known is not None else np.ones(len(texts), dtype=bool)
+        self.query = self.doc = self._embed(texts, wanted, prompt, self.source, keys)
+
+    def idf_counts(self, n_texts: int) -> tuple[int, np.ndarray] | None:
+        """(texts counted, per token id the texts holding it) for the idf weights of a corpus of ``n_texts``,
+        where they were counted already: over every text of a streamed audit, or by the first stage's
+        tokenising of this corpus; None: not counted."""
+        if self.shared is not None:
+            return self.shared.idf_counts
+        counted = self.document_frequency
+        if counted is None or counted.n != n_texts:
+            return None
+        return int(counted.positions.shape[0]), counted.counts
+
+    def first_stage_refusal(self, n_texts: int) -> str | None:
+        """Why the full model embeds every text of ``n_texts`` whatever the first stage could select, or
+        None: the settings, the plan, the data's size."""
+        from contrast_audit import first_stage as fs
+
+        cfg = self.cfg
+        if cfg.first_stage == "none":
+            return "first-stage = none"
+        if self.batches is None:
+            return "no batch plan: the command compares texts across the whole data"
+        if cfg.margin or cfg.margin_support is not None or cfg.above_positive > 0 or cfg.pair_evidence:
+            # Their bars sit under the embedding detectors': the margin rule's follows each row's own positive,
+            # pair evidence's is calibrated on the data.
+            return "the margin rule or pair evidence is on: they flag pairs under the embedding detectors' bar"
+        if n_texts < fs.MIN_TEXTS:
+            return f"{n_texts:,} distinct texts (under {fs.MIN_TEXTS:,}: the sample would be most of them)"
+        return None
+
+    def fit_first_stage(
+        self,
+        anchor: np.ndarray,
+        positive: np.ndarray,
+        keys: np.ndarray,
+        texts_of: Callable[[np.ndarray], list[str]],
+        source: model_io.ModelSource,
+    ) -> FirstStage | str:
+        """The first stage's map, fitted on a sample of rows (``first_stage.sample_rows``), or why there
+        is none: a model without a static form, long documents, a sample of few texts. ``anchor`` and
+        ``positive`` are the rows' text ids, ``keys`` every text's cache key and ``texts_of(ids)`` the
+        texts of some ids: the same whether the data is held in memory or streamed."""
+        from contrast_audit import first_stage as fs
+
+        static = fs.StaticModel.load(Path(source.path))
+        if static is None:
+            return "the model has no tokenizer.json or word-embedding table"
+        rows = fs.sample_rows(keys[anchor], keys[positive])
+        # The sample's documents tell long ones: no static pass over every text only to find them long.
+        _, counts = static.encode(texts_of(positive[rows]))
+        long = int(np.median(counts)) if counts.size else 0
+        if long > fs.LONG_DOCUMENTS:
+            return f"long documents (a median of {long} tokens): a static model finds most of them near"
+        sample = np.unique(np.r_[anchor[rows], positive[rows]])
+        if sample.shape[0] < fs.MIN_SAMPLE_TEXTS:
+            return f"the sample's rows hold {sample.shape[0]} distinct texts (a map needs {fs.MIN_SAMPLE_TEXTS})"
+        texts = texts_of(sample)
+        vectors = self.embed_texts(texts, keys[sample], self.cfg.query_prompt, source)
+        bar = min(self.cfg.positive_threshold, self.cfg.anchor_threshold)
+        fitted = fs.fit_map(static.encode(texts)[0], vectors, bar)
+        return FirstStage(static, fitted, rows, sample, vectors)
 
     def _first_stage(self, corpus: Corpus, texts: list[str], source: model_io.ModelSource) -> np.ndarray | None:
         """The full model's vectors of the texts the first stage selects for ``self.batches`` (zeros
         elsewhere, ``known`` False there); None when the full model is to embed every text."""
-        from contrast_audit import first_stage as fs
 
         n = len(texts)
-        cfg = self.cfg
-        reason = None
-        if cfg.first_stage == "none":
-            reason = "first-stage = none"
-        elif self.batches is None:
-            reason = "no batch plan: the command compares texts across the whole data"
-        elif cfg.margin or cfg.margin_support is not None or cfg.above_positive > 0 or cfg.pair_evidence:
-            # Their bars sit under the embedding detectors': the margin rule's follows each row's own positive,
-            # pair evidence's is calibrated on the data.
-            reason = "the margin rule or pair evidence is on: they flag pairs under the embedding detectors' bar"
-        elif n < fs.MIN_TEXTS:
-            reason = f"{n:,} distinct texts (under {fs.MIN_TEXTS:,}: the sample would be most of them)"
-        static = None if reason else fs.StaticModel.load(Path(source.path))
-        if reason is None and static is None:
-            reason = "the model has no tokenizer.json or word-embedding table"
+        prompt = self.cfg.query_prompt
+        reason = self.first_stage_refusal(n)
+        fitted: FirstStage | str | None = None
         if reason is None:
-            tokenizer = encoders.file_tokenizer(Path(source.path))
-            self.document_frequency = encoders.DocumentFrequency(n, tokenizer) if tokenizer else None
-            on_ids = self.document_frequency.add if self.document_frequency else None
-            static_vectors, counts = static.encode(texts, on_ids)
-            long = int(np.median(counts[corpus.positive]))
-            if long > fs.LONG_DOCUMENTS:
-                reason = f"long documents (a median of {long} tokens): a static model finds most of them near"
-        if reason is not None:
+            keys = text_keys(texts, prompt)
+            fitted = self.fit_first_stage(
+                corpus.anchor, corpus.positive, keys, lambda ids: [texts[i] for i in ids], source
+            )
+            reason = fitted if isinstance(fitted, str) else None
+        if reason is not None or not isinstance(fitted, FirstStage):
             self.first_stage_info = {"used": False, "reason": reason}
             return None
-        prompt = self.cfg.query_prompt
-        keys = text_keys(texts, prompt)
-        sample_rows = fs.sample_rows(keys[corpus.anchor], keys[corpus.positive])
-        sample = np.unique(np.r_[corpus.anchor[sample_rows], corpus.positive[sample_rows]])
-        if sample.shape[0] < fs.MIN_SAMPLE_TEXTS:
-            self.first_stage_info = {
-                "used": False,
-                "reason": f"the sample's rows hold {sample.shape[0]} distinct texts (a map needs {fs.MIN_SAMPLE_TEXTS})",
-            }
-            return None
-        wanted = np.zeros(n, dtype=bool)
-        wanted[sample] = True
-        vectors = self._embed(texts, wanted, prompt, source, keys)
-        bar = min(self.cfg.positive_threshold, self.cfg.anchor_threshold)
-        stage = fs.fit(static_vectors, sample, vectors[sample], bar)
-        del static_vectors  # the mapped vectors (float16) are all the selection reads
-        cross = alike_rows(corpus, self.cfg.margin_doc_ratio)
+        tokenizer = encoders.file_tokenizer(Path(source.path))
+        self.document_frequency = encoders.DocumentFrequency(n, tokenizer) if tokenizer else None
+        on_ids = self.document_frequency.add if self.document_frequency else None
+        mapped = fitted.map.apply(fitted.static.encode(texts, on_ids)[0])
         slots = np.c_[corpus.anchor, corpus.positive, corpus.negatives]
-        rows = fs.select_rows(stage.vectors, stage.bar, slots, cross, self.batches.rows, self.batches.offsets)
-        rows |= fs.own_negatives_near(stage.vectors, stage.bar, slots)  # mislabelled negatives, in every row
-        rows[sample_rows] = True
+        rows = fitted.select(mapped, slots, alike_rows(corpus, self.cfg.margin_doc_ratio), self.batches)
+        del mapped  # the selection is all the mapped vectors serve
+        rows[fitted.rows] = True
         known = np.zeros(n, dtype=bool)
         live = slots[rows]
         known[live[live >= 0]] = True
-        more = known & ~wanted
+        vectors = np.zeros((n, fitted.vectors.shape[1]), dtype=np.float32)
+        vectors[fitted.sample] = fitted.vectors
+        more = known.copy()
+        more[fitted.sample] = False
         if more.any():
-            extra = self._embed(texts, more, prompt, source, keys)
-            vectors[more] = extra[more]
-        self.known, self.sample_rows = known, sample_rows
+            vectors[more] = self._embed(texts, more, prompt, source, keys)[more]
+        self.known, self.embedded, self.sample_rows = known, known.copy(), fitted.rows
         self._pending = (texts, keys, prompt, source)
-        self.first_stage_info = {
-            "used": True,
-            "bar": stage.bar,
-            **stage.info,
-            "sample_rows": int(sample_rows.shape[0]),
-            "rows": int(rows.sum()),
-            "of_rows": int(corpus.n_rows),
-            "texts": int(known.sum()),
-            "of_texts": int(n),
-        }
+        self.first_stage_info = fitted.info(rows, known)
         return vectors
 
     def ensure(self, tids: np.ndarray) -> None:
-        """Have the full model embed the texts of ``tids`` the first stage left out (a detector that must
-        compare them: the linked rule's texts one hop away)."""
-        if self.known is None:
+        """Have the full model embed the texts of ``tids`` the first stage left out, for a detector that
+        must compare them (the linked rule's texts one hop away). They stay out of ``known``: what the
+        other detectors compare does not depend on which batches were judged first."""
+        if self.embedded is None:
             return
-        missing = np.unique(tids[~self.known[tids]])
+        missing = np.unique(tids[~self.embedded[tids]])
         if missing.size == 0:
             return
         texts, keys, prompt, source = self._pending
-        wanted = np.zeros(self.known.shape[0], dtype=bool)
+        wanted = np.zeros(self.embedded.shape[0], dtype=bool)
         wanted[missing] = True
         extra = self._embed(texts, wanted, prompt, source, keys)
         self.query[missing] = extra[missing]  # the doc matrix is the same array (one prompt)
-        self.known[missing] = True
+        self.embedded[missing] = True
         self.memo.clear()  # per-row scores read the zeros these texts had
-        self.first_stage_info["texts"] = int(self.known.sum())
-        self.first_stage_info["texts_on_demand"] = self.first_stage_info.get("texts_on_demand", 0) + int(missing.size)
+        info = self.first_stage_info
+        info["texts_on_demand"] = info.get("texts_on_demand", 0) + int(missing.size)
 
     def known_rows(self, corpus: Corpus) -> np.ndarray:
         """Rows whose anchor and positive the full model embedded (every row without a first stage)."""
@@ -508,12 +651,16 @@ class EmbeddingStore:
         return self.known[corpus.anchor] & self.known[corpus.positive]
 
     def calibration_rows(self, corpus: Corpus) -> np.ndarray:
-        """The rows a calibration reads the data's own cosines from: every row, or the first stage's sample
-        (the rows it selected are the near ones, not the data's kind)."""
-        if self.sample_rows is None:
-            return np.ones(corpus.n_rows, dtype=bool)
+        """The rows a calibration reads the data's own cosines from: the first stage's sample (the rows it
+        selected are the near ones, not the data's kind), else every row, or of more than
+        ``CALIBRATION_ROWS`` a sample of that many (``calibration_sample``)."""
         out = np.zeros(corpus.n_rows, dtype=bool)
-        out[self.sample_rows] = True
+        if self.sample_rows is not None:
+            out[self.sample_rows] = True
+            return out
+        texts = corpus.texts.get_column("text")
+        keys_of = lambda ids: text_keys(texts.gather(ids).to_list(), self.cfg.query_prompt)  # noqa: E731
+        out[calibration_sample(corpus.anchor, corpus.positive, keys_of)] = True
         return out
 
     def compared(self, *tids: np.ndarray) -> np.ndarray:
@@ -551,25 +698,33 @@ class EmbeddingStore:
         source: model_io.ModelSource,
         all_keys: np.ndarray | None = None,
     ) -> np.ndarray:
+        """Vectors of the ``needed`` texts, zeros elsewhere (one row per text)."""
         index = np.flatnonzero(needed)
         subset = [texts[i] for i in index]
-        keys = all_keys[index] if all_keys is not None else text_keys(subset, prompt)
+        vectors = self.embed_texts(subset, all_keys[index] if all_keys is not None else None, prompt, source)
+        out = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
+        out[index] = vectors
+        return out
+
+    def embed_texts(
+        self, texts: list[str], keys: np.ndarray | None, prompt: str, source: model_io.ModelSource
+    ) -> np.ndarray:
+        """Unit vectors of ``texts`` (``keys``: their cache keys), from the cache where it holds them."""
+        keys = keys if keys is not None else text_keys(texts, prompt)
         cache = EmbeddingCache(self.cache_root(), self.vectors_id(source), prompt)
         if self.cfg.use_cache:
             found, cached = cache.lookup(keys)
         else:
-            found, cached = np.zeros(len(subset), dtype=bool), None
+            found, cached = np.zeros(len(texts), dtype=bool), None
         missing = np.flatnonzero(~found)
         writer = cache if self.cfg.use_cache and self.writable else None
-        new = (
-            self._encode([subset[i] for i in missing], keys[missing], prompt, source, writer) if missing.size else None
-        )
+        new = self._encode([texts[i] for i in missing], keys[missing], prompt, source, writer) if missing.size else None
         dim = (cached if cached is not None else new).shape[1] if (cached is not None or new is not None) else 384
         out = np.zeros((len(texts), dim), dtype=np.float32)
         if cached is not None and cached.shape[0]:
-            out[index[found]] = dequantise(cached)
+            out[found] = dequantise(cached)
         if new is not None:
-            out[index[missing]] = dequantise(new)
+            out[missing] = dequantise(new)
         for problem in dict.fromkeys(cache.problems):
             if problem not in self.warnings:
                 self.warnings.append(problem)
@@ -723,7 +878,10 @@ class EmbeddingStore:
         return {"backend": chosen[0], "backend_reason": chosen[1]}
 
     def info(self) -> dict[str, Any]:
-        src = getattr(self, "source", None)
+        shared = self.shared if getattr(self, "source", None) is None else None  # a streamed audit's account
+        src = getattr(self, "source", None) or (shared.source if shared else None)
+        if shared is not None:
+            self.backends = shared.backends
         return {
             "model": src.model_id if src else self.cfg.model,
             "model_path": src.path if src else None,
@@ -737,6 +895,6 @@ class EmbeddingStore:
             "precision": self.cfg.precision,
             **self._backend_info(src),
             "cache_dtype": VECTOR_DTYPE.name,
-            **self.stats,
-            "first_stage": self.first_stage_info,
+            **(shared.stats if shared else self.stats),
+            "first_stage": shared.first_stage_info if shared else self.first_stage_info,
         }

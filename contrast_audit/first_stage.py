@@ -150,6 +150,23 @@ def _apply(weights: np.ndarray, static: np.ndarray) -> np.ndarray:
 
 
 @dataclass
+class Map:
+    """A fitted first stage without its vectors: the ridge map from static vectors to the full model's
+    space, and the bar a comparison must reach. A streamed audit fits it once and maps each run's texts."""
+
+    weights: np.ndarray
+    bar: float
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def apply(self, static: np.ndarray) -> np.ndarray:
+        """Unit mapped vectors (float16: half the memory of float32) of ``static`` vectors."""
+        vectors = np.empty(static.shape[:1] + (self.weights.shape[1],), dtype=np.float16)
+        for lo in range(0, static.shape[0], ENCODE_CHUNK):
+            vectors[lo : lo + ENCODE_CHUNK] = _apply(self.weights, static[lo : lo + ENCODE_CHUNK])
+        return vectors
+
+
+@dataclass
 class Stage:
     """A fitted first stage: mapped static vectors of every text (unit, float16), and the bar a comparison
     must reach."""
@@ -161,12 +178,19 @@ class Stage:
 
 def fit(static: np.ndarray, sample: np.ndarray, full: np.ndarray, detector_bar: float) -> Stage:
     """Map ``static`` (every text) to the full model's space with the sample's vectors (``full``, one
-    per ``sample`` index), and calibrate the bar on the sample, cross-fitted."""
-    half = sample.shape[0] // 2
-    parts = (np.arange(half), np.arange(half, sample.shape[0]))
+    per ``sample`` index), and calibrate the bar on the sample, cross-fitted (``fit_map``)."""
+    fitted = fit_map(static[sample], full, detector_bar)
+    return Stage(fitted.apply(static), fitted.bar, fitted.info)
+
+
+def fit_map(static: np.ndarray, full: np.ndarray, detector_bar: float) -> Map:
+    """The map from the sample texts' ``static`` vectors to their ``full`` ones (row for row), and the
+    bar calibrated on the sample, cross-fitted: the map of one half scores the pairs of the other."""
+    half = static.shape[0] // 2
+    parts = (np.arange(half), np.arange(half, static.shape[0]))
     full_cos, static_cos = [], []
     for train, test in (parts, parts[::-1]):
-        mapped = _apply(_fit(static[sample[train]], full[train]), static[sample[test]])
+        mapped = _apply(_fit(static[train], full[train]), static[test])
         upper = np.triu_indices(test.shape[0], 1)
         full_cos.append((full[test] @ full[test].T)[upper])
         static_cos.append((mapped @ mapped.T)[upper])
@@ -183,11 +207,7 @@ def fit(static: np.ndarray, sample: np.ndarray, full: np.ndarray, detector_bar: 
     else:  # every sample pair scores alike: nothing to fit, so compare at the lowest bar
         bar, how = BAR_RANGE[0], f"the lowest bar: the {f.shape[0]} sample pairs all score alike"
     bar = float(np.clip(bar, *BAR_RANGE))
-    weights = _fit(static[sample], full)
-    vectors = np.empty(static.shape[:1] + (full.shape[1],), dtype=np.float16)  # half the memory of float32
-    for lo in range(0, static.shape[0], ENCODE_CHUNK):
-        vectors[lo : lo + ENCODE_CHUNK] = _apply(weights, static[lo : lo + ENCODE_CHUNK])
-    return Stage(vectors, round(bar, 4), {"bar_from": how})
+    return Map(_fit(static, full), round(bar, 4), {"bar_from": how})
 
 
 def select_rows(

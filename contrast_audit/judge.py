@@ -81,7 +81,7 @@ def direction_pairs(
     return pairs, np.concatenate(parts_batch)
 
 
-def _chunks(gb: GlobalBatches, width: int) -> list[tuple[int, int]]:
+def chunk_bounds(gb: GlobalBatches, width: int) -> list[tuple[int, int]]:
     """Runs of consecutive global batches holding about ``PAIRS_PER_CHUNK`` candidate pairs each."""
     if len(gb) == 0:
         return []
@@ -235,13 +235,16 @@ def compare_batches(
     detectors: Sequence[Detector],
     directions: Sequence[str],
     progress: Callable[[int], None] | None = None,
+    chunks: Sequence[tuple[int, int]] | None = None,
 ) -> Compared:
-    """Compare every anchor with its comparison set in every global batch of ``batches``."""
+    """Compare every anchor with its comparison set in every global batch of ``batches``, chunk by chunk
+    (``chunks``: the batches of each, ``chunk_bounds`` by default): the batches of a chunk share their
+    similarity matrices."""
     width = 1 + corpus.negatives.shape[1]
     per_row = np.zeros(corpus.n_rows, dtype=np.int64)
     frames: list[pl.DataFrame] = []
     by_direction = dict.fromkeys(directions, 0)
-    for start, stop in _chunks(batches, width):
+    for start, stop in chunks if chunks is not None else chunk_bounds(batches, width):
         # One block per run of batches, shared by the directions: a similarity matrix one direction
         # computed (the anchors' paraphrases, say) serves the next.
         batch, anchor, other, at = BatchBlock(batches.rows, batches.offsets, start, stop).pairs()

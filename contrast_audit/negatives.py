@@ -19,7 +19,7 @@ from contrast_audit.errors import ConfigError
 from contrast_audit.evidence.base import Pairs
 from contrast_audit.evidence.blocks import BatchBlock
 from contrast_audit.evidence.embedding import pair_scores
-from contrast_audit.judge import WHY_NOT, _chunks, _frame, direction_pairs, evaluate
+from contrast_audit.judge import WHY_NOT, _frame, chunk_bounds, direction_pairs, evaluate
 from contrast_audit.report.common import clip, evidence_text, why_not_text
 
 
@@ -52,7 +52,7 @@ def alleged_negatives(
     width = 1 + corpus.negatives.shape[1]
     keep_each = max(top, 1) if per_anchor == 0 else per_anchor
     parts: list[pl.DataFrame] = []
-    for start, stop in _chunks(batches, width):
+    for start, stop in chunk_bounds(batches, width):
         batch, anchor, other, at = BatchBlock(batches.rows, batches.offsets, start, stop).pairs()
         for direction in result.config.loss.directions:
             pairs, pair_batch = direction_pairs(corpus, direction, batch, anchor, other, at)

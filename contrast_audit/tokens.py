@@ -101,6 +101,19 @@ class TokenCache:
             pass  # a read-only cache directory only costs a re-encode next time
 
 
+def count_documents(tokenizer: ModelTokenizer, texts: list[str]) -> tuple[int, np.ndarray]:
+    """(texts, per token id the texts holding it): the idf weights' counts over ``texts``."""
+    per_text = [np.unique(np.asarray(x, dtype=np.int64)) for x in tokenizer.encode(texts)]
+    flat = np.concatenate(per_text) if per_text else np.zeros(0, dtype=np.int64)
+    return len(texts), np.bincount(flat, minlength=max(tokenizer.vocab_size, int(flat.max()) + 1 if flat.size else 0))
+
+
+def model_tokenizer(store: EmbeddingStore) -> ModelTokenizer:
+    """The tokenizer the alignment guard reads ``store``'s model with: its ``tokenizer.json`` where it can
+    be (no model load, no torch), else the loaded model's."""
+    return file_tokenizer(Path(store.source.path)) or store.model().tokenizer()
+
+
 class TokenStore:
     """Unit token vectors and idf weights per text id, computed on demand; alignments of text pairs
     with token match threshold ``match`` (0: soft matching)."""
@@ -131,7 +144,7 @@ class TokenStore:
         """The model's tokenizer, from its ``tokenizer.json`` where it can be (no model load, no
         torch), else from the loaded model."""
         if self.tokenizer is None:
-            self.tokenizer = file_tokenizer(Path(self.store.source.path)) or self.store.model().tokenizer()
+            self.tokenizer = model_tokenizer(self.store)
         return self.tokenizer
 
     def _token_ids(self, texts: list[str]) -> list[list[int]]:
@@ -143,19 +156,15 @@ class TokenStore:
         tokenizer = self._tokenizer()
         special = tokenizer.special_ids
         n = len(self.texts)
-        counted = self.store.document_frequency
-        if counted is not None and counted.n == n and tokenizer.source == "tokenizer.json":
-            sample, df = counted.positions, counted.counts  # the first stage tokenised every text already
+        counted = self.store.idf_counts(n)
+        if counted is not None and (self.store.shared is not None or tokenizer.source == "tokenizer.json"):
+            size, df = counted  # counted over every text of a streamed audit, or by the first stage's tokenising
         else:
-            sample = idf_sample(n)
-            ids = self._token_ids([self.texts[i] for i in sample])
-            per_text = [np.unique(np.asarray(x, dtype=np.int64)) for x in ids]
-            flat = np.concatenate(per_text) if per_text else np.zeros(0, dtype=np.int64)
-            df = np.bincount(flat, minlength=max(tokenizer.vocab_size, int(flat.max()) + 1 if flat.size else 0))
+            size, df = count_documents(tokenizer, [self.texts[i] for i in idf_sample(n)])
         df = np.pad(df, (0, max(tokenizer.vocab_size - df.shape[0], 0)))
-        idf = np.log((sample.shape[0] + 1.0) / (df + 1.0))
+        idf = np.log((size + 1.0) / (df + 1.0))
         idf[list(special)] = 0.0
-        self.idf, self.idf_texts = idf, int(sample.shape[0])
+        self.idf, self.idf_texts = idf, size
 
     def ensure(self, tids: np.ndarray) -> None:
         """Compute (or read from the cache) the token vectors of every text in ``tids``."""
@@ -233,4 +242,8 @@ class TokenStore:
         return min(coverage_a, coverage_b)
 
     def info(self) -> dict[str, Any]:
+        shared = self.store.shared
+        if shared is not None and getattr(self, "corpus", None) is None:  # a streamed audit's account, every run's
+            counted = shared.idf_counts[0] if shared.idf_counts else 0
+            return {"alignment_match": self.match, "idf_texts": counted, **self.stats, **shared.token_stats}
         return {"alignment_match": self.match, "idf_texts": self.idf_texts, **self.stats}

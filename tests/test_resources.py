@@ -92,6 +92,9 @@ def test_the_audit_refuses_before_reading_when_the_input_cannot_fit(tmp_path: Pa
     assert "parts of at most" in err.value.fix and "or stream it (--engine stream)" in err.value.fix
     with pytest.raises(InputError) as err:
         audit([str(data)], build_config(near))
+    assert "or stream it (--engine stream)" in err.value.fix  # embedding evidence streams too
+    with pytest.raises(InputError) as err:  # pair evidence does not
+        audit([str(data)], build_config({**near, "pair_evidence": True}))
     assert "or stream it without embedding evidence (--no-embeddings)" in err.value.fix
 
 

@@ -12,8 +12,8 @@ embedding evidence, the in-memory engine with its vectors computed by a pool of 
 - **report**: the found pairs are written as Parquet shards, read back by the driver, and reported
   as usual.
 
-With embedding evidence, which does not stream, the audit runs in memory on the driver and only the
-vectors the cache lacks are computed on Ray (``embedder``): one actor per GPU, or CPU actors, each
+With embedding evidence, which the runs on Ray do not compute, the audit runs in memory on the driver and
+only the vectors the cache lacks are computed on Ray (``embedder``): one actor per GPU, or CPU actors, each
 encoding as a local run does, so the vectors, and the findings, are a local run's.
 
 ``ray`` is an optional extra (``pip install 'contrast-audit[ray]'``). Without ``--ray-address`` the
@@ -409,7 +409,7 @@ def _run(
     # Enough runs to keep every worker busy.
     per_run = -(-int(work.batches.offsets[-1]) // (RUNS_PER_WORKER * workers)) if len(work.batches) else 1
     if sizes.run_rows is None and per_run < sizes.judging(got.keys.shape(), got.loaded.files[0]):
-        work.runs = stream.plan_runs(work.batches, corpus.n_rows, max(per_run, 1))
+        work.runs = stream.plan_runs(work.batches, corpus.n_rows, max(per_run, 1), work.chunks)
     tick = progress("Comparing batches", len(work.runs)) if progress else None
     texts = ray.data.from_arrow_refs(got.texts)
     judged = (

@@ -18,10 +18,16 @@ only what is global, a few integers per row, and keeps the texts on disk (docs/s
 5. **Report** from the same ``AuditResult``: texts of the rows a report shows are read back from the
    spill.
 
+Embedding evidence decides what it needs of the whole data before the runs (``engine.vectors``: the
+rows the first stage selects, the idf weights, the link bar); each run embeds its own texts, from the
+cache where it holds them, and reads the whole data's chunks of batches (``judge.chunk_bounds``: runs are
+cut where one begins), so every similarity matrix is the in-memory engine's.
+
 Findings are those of the in-memory engine, row for row. What differs: ``minhash``'s corpus-wide
 counts (``candidate_checks``, ``near_duplicate_pairs``, ``skipped_buckets``) are not computed (null in
-the report), since no run sees the whole corpus. Embedding evidence, reference data (``--against``,
-``--eval``) and manifests as plans need the in-memory engine.
+the report), since no run sees the whole corpus. Reference data (``--against``, ``--eval``), manifests
+as plans, and pair evidence, the rule above the positive and the verifier (calibrated on every row's
+vectors) need the in-memory engine.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import shutil
 import socket
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +51,13 @@ from contrast_audit.config import AuditConfig
 from contrast_audit.corpus import ANCHOR_ROLE, POSITIVE_ROLE, Corpus, build_corpus, group_codes
 from contrast_audit.errors import ConfigError, InputError
 from contrast_audit.evidence import Detector, Hits, Pairs, default_detectors
+from contrast_audit.evidence.linked import LinkedDetector
 from contrast_audit.io.chunks import iter_row_chunks
 from contrast_audit.io.load import LoadResult
 from contrast_audit.judge import (
     Judgement,
     candidate_counts,
+    chunk_bounds,
     compare_batches,
     finish_findings,
     finish_mislabelled,
@@ -68,6 +76,9 @@ _SEEDS = (0x5EED_0001, 0x5EED_0002)  # two polars hashes of a normalised text: 1
 # BYTES_PER_TEXT_BYTE a byte: 3.6 KB a row of that data, where 2.4 KB was measured).
 GLOBAL_BYTES_PER_ROW = 90
 GLOBAL_BYTES_PER_SLOT = 48
+# With embedding evidence, per text: its cache key (16 bytes) and whether the full model embeds it.
+EMBEDDING_BYTES_PER_SLOT = 17
+VECTOR_DIM = 384  # the default model's; a run's estimate counts this many floats a vector
 READ_BYTES_PER_ROW = 2_500
 MIN_RUN_ROWS = 20_000
 MAX_RUN_ROWS = 1_000_000
@@ -76,8 +87,12 @@ CHUNK_ROWS = 250_000
 
 def unsupported(cfg: AuditConfig) -> str | None:
     """Why ``cfg`` needs the in-memory engine, or None when the streaming engine can run it."""
-    if cfg.embedding.enabled:
-        return "embedding evidence holds every text's vector (pass --no-embeddings)"
+    e = cfg.embedding
+    if e.enabled and (e.pair_evidence or e.above_positive > 0 or e.verifier):
+        return (
+            "pair evidence (--pair), the rule above the positive (--above-positive) and the verifier (--verifier) "
+            "calibrate on every row's vectors (leave them off)"
+        )
     if cfg.reference.against or cfg.reference.eval:
         return "checking against existing or eval data (--against, --eval) needs every text at once"
     if cfg.plan.plan_file:
@@ -119,7 +134,7 @@ class Sizes:
 
         def parts(_share: float) -> str | None:
             # The rows whose global state fits beside a run: splitting the input shrinks only that.
-            rows = (limit - BASE_BYTES - floor) // (GLOBAL_BYTES_PER_ROW + GLOBAL_BYTES_PER_SLOT * shape.width)
+            rows = (limit - BASE_BYTES - floor) // max(shape.global_bytes() // max(shape.rows, 1), 1)
             return f"audit the data in parts of at most {rows:,} rows" if rows >= 1 else None
 
         check_memory(held + floor, limit, f"streaming {shape.rows:,} rows", where, parts)
@@ -135,14 +150,17 @@ class Shape:
     width: int
     texts: int
     text_bytes: int
+    spaces: int = 0  # vector matrices per text (``vector_spaces``)
 
     def global_bytes(self) -> int:
-        return self.rows * (GLOBAL_BYTES_PER_ROW + GLOBAL_BYTES_PER_SLOT * self.width)
+        per_slot = GLOBAL_BYTES_PER_SLOT + (EMBEDDING_BYTES_PER_SLOT if self.spaces else 0)
+        return self.rows * (GLOBAL_BYTES_PER_ROW + per_slot * self.width)
 
     def run_bytes_per_row(self) -> int:
-        from contrast_audit.resources import BYTES_PER_TEXT, BYTES_PER_TEXT_BYTE
+        from contrast_audit.resources import BYTES_PER_TEXT, BYTES_PER_TEXT_BYTE, BYTES_PER_VECTOR_FLOAT
 
-        per_row = (BYTES_PER_TEXT * self.texts + BYTES_PER_TEXT_BYTE * self.text_bytes) / max(self.rows, 1)
+        per_text = BYTES_PER_TEXT + self.spaces * VECTOR_DIM * BYTES_PER_VECTOR_FLOAT
+        per_row = (per_text * self.texts + BYTES_PER_TEXT_BYTE * self.text_bytes) / max(self.rows, 1)
         return max(1, int(per_row))
 
 
@@ -336,16 +354,24 @@ class StreamCorpus(Corpus):
             .to_series()
         )
 
+    def texts_of(self, tids: np.ndarray) -> pl.Series:
+        """The text (the spelling of its first occurrence, as the in-memory corpus keeps it) of each text id."""
+        wanted = np.asarray(tids, dtype=np.int64)
+        if wanted.shape[0] == 0:
+            return pl.Series("raw", [], dtype=pl.String)
+        distinct = np.unique(wanted)
+        row = self._first_row[distinct]
+        held = np.concatenate([self.anchor[row, None], self.positive[row, None], self.negatives[row]], axis=1)
+        slot = np.argmax(held == distinct[:, None], axis=1)  # where in its first row the text is
+        return self.spelling(row, slot - 1).gather(np.searchsorted(distinct, wanted))
+
     def norms(self, tids: pl.Series) -> pl.Series:
         """The normalised text of each text id, read from a row that holds it."""
         wanted = tids.to_numpy().astype(np.int64)
         if wanted.shape[0] == 0:
             return pl.Series("norm", [], dtype=pl.String)
         distinct = np.unique(wanted)
-        row = self._first_row[distinct]
-        held = np.concatenate([self.anchor[row, None], self.positive[row, None], self.negatives[row]], axis=1)
-        slot = np.argmax(held == distinct[:, None], axis=1)  # where in its first row the text is
-        norm = normalise_series(self.spelling(row, slot - 1), self._normalise).to_numpy()
+        norm = normalise_series(self.texts_of(distinct), self._normalise).to_numpy()
         return pl.Series("norm", norm[np.searchsorted(distinct, wanted)], dtype=pl.String)
 
 
@@ -374,6 +400,19 @@ class _Global:
 
     def info(self) -> dict[str, Any]:
         return self.inner.info()
+
+
+class _GlobalLinked(_Global):
+    """The ``linked`` chains found on the global corpus, their texts checked with the run's own vectors."""
+
+    def __init__(self, inner: Any, rows: np.ndarray, tids: np.ndarray, store: Any, corpus: Corpus) -> None:
+        super().__init__(inner, rows, tids)
+        self.store, self.corpus = store, corpus
+
+    def detect(self, pairs: Pairs) -> Hits:
+        hits = super().detect(pairs)
+        self.inner.check_near(self.store, self.corpus, pairs, hits)
+        return hits
 
 
 GLOBAL_DETECTORS = ("linked",)
@@ -644,6 +683,8 @@ class Work:
     batches: GlobalBatches
     runs: list[Run]
     global_detectors: dict[str, Detector]
+    embedding: Any = None  # what embedding evidence decided over every text (``embed.Shared``), if on
+    chunks: np.ndarray | None = None  # first batches of the judge's chunks of the whole data (None: the run's own)
 
     def rows(self, i: int) -> np.ndarray:
         """The rows run ``i`` reads (sorted, distinct): those of its batches and hard negatives, and the
@@ -655,9 +696,18 @@ class Work:
         tids = self.tids[rows]
         return np.unique(np.r_[rows, self.first_row[tids[tids >= 0]]])
 
-    def judge(self, i: int, texts: pl.DataFrame) -> tuple[list[pl.DataFrame], pl.DataFrame]:
-        """Findings and mislabelled negatives of run ``i``, in global rows and text ids; ``texts`` are the
-        spilled columns (``TEXT_COLUMNS`` and ``group``) of ``rows(i)``, in that order."""
+    def run_chunks(self, i: int) -> list[tuple[int, int]] | None:
+        """The judge's chunks of run ``i``, in its own batches."""
+        if self.chunks is None:
+            return None
+        run = self.runs[i]
+        starts = self.chunks[(self.chunks >= run.start) & (self.chunks < run.stop)] - run.start
+        bounds = np.unique(np.r_[0, starts, run.stop - run.start])
+        return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+    def local(self, i: int, texts: pl.DataFrame) -> Local:
+        """Run ``i`` as a corpus of its own (``texts``: the spilled columns of ``rows(i)``, in that order),
+        its batches in its rows, and its text ids in the global ones."""
         run, b, cfg = self.runs[i], self.batches, self.cfg
         rows = self.rows(i)
         local = build_corpus(texts, cfg.normalise)
@@ -667,19 +717,32 @@ class Work:
         local_tids = np.concatenate([local.anchor[:, None], local.positive[:, None], local.negatives], axis=1)
         has = local_tids >= 0
         l2g[local_tids[has]] = self.tids[rows, :width][has]
-        detectors: list[Detector] = []
-        for d in default_detectors(cfg):
-            if d.name in self.global_detectors:
-                detectors.append(_Global(self.global_detectors[d.name], rows, l2g))
-            else:
-                d.prepare(local)
-                detectors.append(d)
         occurrences = b.rows[b.offsets[run.start] : b.offsets[run.stop]]
-        local_batches = GlobalBatches(
+        batches = GlobalBatches(
             np.searchsorted(rows, occurrences),
             b.offsets[run.start : run.stop + 1] - b.offsets[run.start],
             b.epoch[run.start : run.stop],
         )
+        return Local(rows, local, l2g, batches)
+
+    def judge(self, i: int, texts: pl.DataFrame) -> tuple[list[pl.DataFrame], pl.DataFrame]:
+        """Findings and mislabelled negatives of run ``i``, in global rows and text ids; ``texts`` are the
+        spilled columns (``TEXT_COLUMNS`` and ``group``) of ``rows(i)``, in that order."""
+        run, cfg = self.runs[i], self.cfg
+        part = self.local(i, texts)
+        rows, local, l2g = part.rows, part.corpus, part.l2g
+        detectors: list[Detector] = []
+        active = default_detectors(cfg, shared=self.embedding, global_ids=l2g)
+        for d in active:
+            if d.name in self.global_detectors:
+                inner = self.global_detectors[d.name]
+                store = getattr(d, "store", None)
+                detectors.append(
+                    _Global(inner, rows, l2g) if store is None else _GlobalLinked(inner, rows, l2g, store, local)
+                )
+            else:
+                d.prepare(local)
+                detectors.append(d)
         as_rows, as_tids = pl.Series("row", rows), pl.Series("tid", l2g)
         frames = [
             f.with_columns(
@@ -688,23 +751,49 @@ class Work:
                 as_rows.gather(f.get_column("cand_row")).alias("cand_row"),
                 as_tids.gather(f.get_column("cand_tid")).alias("cand_tid"),
             )
-            for f in compare_batches(local, local_batches, detectors, cfg.loss.directions).frames
+            for f in compare_batches(
+                local, part.batches, detectors, cfg.loss.directions, chunks=self.run_chunks(i)
+            ).frames
         ]
         mis = mislabelled_negatives(local, detectors, np.searchsorted(rows, run.mislabelled))
         mis = mis.with_columns(
             as_rows.gather(mis.get_column("anchor_row")).alias("anchor_row"),
             as_tids.gather(mis.get_column("cand_tid")).alias("cand_tid"),
         )
+        for d in detectors:  # detectors that buffer work (the token cache) complete it here
+            getattr(d, "finish", lambda: None)()
+        if self.embedding is not None:
+            stores = {id(s): s for d in detectors if (s := getattr(d, "store", None)) is not None}
+            tokens = {
+                id(t): t for d in detectors for g in getattr(d, "guards", ()) if (t := getattr(g, "tokens", None))
+            }
+            self.embedding.add_run(stores.values(), tokens.values())
         return frames, mis
 
 
-def plan_runs(batches: GlobalBatches, n_rows: int, run_rows: int) -> list[Run]:
-    """Runs of consecutive global batches holding about ``run_rows`` row occurrences each; each row's
-    own hard negatives go with the first run that holds it, and rows in no batch make runs of their own."""
+@dataclass
+class Local:
+    """A run of a streamed audit as its own corpus: its rows (global, sorted), the corpus of their texts,
+    its text ids in the global ones, and its batches in its own rows."""
+
+    rows: np.ndarray
+    corpus: Corpus
+    l2g: np.ndarray
+    batches: GlobalBatches
+
+
+def plan_runs(batches: GlobalBatches, n_rows: int, run_rows: int, chunks: np.ndarray | None = None) -> list[Run]:
+    """Runs of consecutive global batches holding about ``run_rows`` row occurrences each, cut only where
+    a chunk the judge compares at once begins (``chunks``: their first batches; any batch by default);
+    each row's own hard negatives go with the first run that holds it, and rows in no batch make runs of
+    their own."""
     n = len(batches)
     bounds: list[tuple[int, int]] = []
     if n:
         ends = np.flatnonzero(np.diff(batches.offsets[1:] // max(run_rows, 1)) > 0) + 1
+        if chunks is not None:  # the next chunk's start: a run's similarity matrices are the whole data's
+            starts = np.r_[chunks, n]
+            ends = starts[np.searchsorted(starts, ends)]
         cuts = np.unique(np.r_[0, ends, n])
         bounds = [(int(a), int(c)) for a, c in zip(cuts[:-1], cuts[1:], strict=True)]
     first = np.full(n_rows, len(bounds), dtype=np.int64)
@@ -759,11 +848,31 @@ def index(
     global_detectors: dict[str, Detector] = {}
     for d in default_detectors(cfg):
         if d.name in GLOBAL_DETECTORS:
+            if isinstance(d, LinkedDetector):  # the chains only: each run checks their texts with its vectors
+                d = LinkedDetector(d.max_hops)
             d.prepare(corpus)
             global_detectors[d.name] = d
-    run_rows = sizes.judging(got.keys.shape(), got.loaded.files[0])
-    work = Work(cfg, tids, first, batches, plan_runs(batches, corpus.n_rows, run_rows), global_detectors)
+    shape = replace(got.keys.shape(), spaces=vector_spaces(cfg))
+    run_rows = sizes.judging(shape, got.loaded.files[0])
+    # The judge's chunks of the whole data (``judge.chunk_bounds``): a run judges its part of them as they are,
+    # so that every similarity matrix, and every embedding score read from one, is the in-memory engine's.
+    chunks = np.array([a for a, _ in chunk_bounds(batches, tids.shape[1] - 1)], dtype=np.int64)
+    runs = plan_runs(batches, corpus.n_rows, run_rows, chunks)
+    work = Work(cfg, tids, first, batches, runs, global_detectors, chunks=chunks)
+    if cfg.embedding.enabled:
+        from contrast_audit.engine import vectors
+
+        work.embedding = vectors.prepare(cfg, corpus, work, spill.read, progress)
+        linked = global_detectors.get("linked")
+        if isinstance(linked, LinkedDetector):
+            linked.near_bar, linked.checks_near = work.embedding.link_bar, True
     return got, corpus, plan, work
+
+
+def vector_spaces(cfg: AuditConfig) -> int:
+    """Vector matrices a run holds per text: none without embeddings; else, as the in-memory estimate counts
+    them, two (the query and document spaces, or the first stage's static vectors and their map)."""
+    return 2 if cfg.embedding.enabled else 0
 
 
 def assemble(
@@ -779,7 +888,8 @@ def assemble(
     by_direction, per_row = candidate_counts(
         corpus, work.batches, cfg.loss.directions, np.ones(corpus.n_rows, dtype=bool)
     )
-    detectors = [work.global_detectors.get(d.name, d) for d in default_detectors(cfg)]
+    # Unprepared detectors describe themselves, with what embedding evidence counted over every run.
+    detectors = [work.global_detectors.get(d.name, d) for d in default_detectors(cfg, shared=work.embedding)]
     judgement = Judgement(
         findings=finish_findings(findings, cfg.loss.directions),
         vetoed=finish_vetoed(findings, cfg.loss.directions),

@@ -49,9 +49,12 @@ def default_detectors(
     cfg: AuditConfig,
     progress: Callable[[str, int], Callable[[int], None]] | None = None,
     encoder: Callable[..., Any] | None = None,
+    shared: Any = None,
+    global_ids: Any = None,
 ) -> list[Detector]:
     """The detectors a scan runs, configured from ``cfg``; ``encoder`` computes the vectors the cache
-    lacks in place of this process (``EmbeddingStore.encoder``)."""
+    lacks in place of this process (``EmbeddingStore.encoder``). In a run of a streamed audit, ``shared``
+    is what was decided over every text (``embed.Shared``) and ``global_ids`` the run's text ids in it."""
     detectors: list[Detector] = [
         ExactDetector(asdict(cfg.normalise)),
         SameAnchorDetector(),
@@ -66,7 +69,7 @@ def default_detectors(
         from contrast_audit.embed import EmbeddingStore
 
         e = cfg.embedding
-        store = EmbeddingStore(e, progress, encoder=encoder)
+        store = EmbeddingStore(e, progress, encoder=encoder, shared=shared, global_ids=global_ids)
         semantic += [
             EmbeddingDetector(store, e.positive_threshold, e.margin_doc_ratio),
             AnchorEmbeddingDetector(store, e.anchor_threshold),

@@ -45,6 +45,9 @@ class LinkedDetector:
         self.max_hops = max_hops
         self.store = store
         self.near_bar: float | None = None
+        # Whether chains through the positive are checked with embeddings: by ``store`` here, or, in a
+        # streamed audit, by each run's own store (``check_near``) against a bar set from outside.
+        self.checks_near = store is not None
 
     def prepare(self, corpus: Corpus) -> None:
         self.corpus = corpus
@@ -53,11 +56,9 @@ class LinkedDetector:
 
             self.store.prepare(corpus)
             # The rows' own sim(anchor, positive), shared with the margin rule (computed once per store).
-            # Every row's, or the first stage's sample's: the rows it selected are the near ones.
+            # Every row's, or a sample's (``EmbeddingStore.calibration_rows``).
             own = (corpus.anchor != corpus.positive) & self.store.calibration_rows(corpus)
-            cos = row_positive_scores(self.store, corpus, from_doc=False)[own]
-            bar = float(np.quantile(cos, NEAR_QUANTILE)) if cos.shape[0] >= MIN_ROWS else NEAR_FLOOR
-            self.near_bar = round(max(NEAR_FLOOR, bar), 4)
+            self.near_bar = near_bar(row_positive_scores(self.store, corpus, from_doc=False)[own])
         n = corpus.n_texts
         a, p = corpus.anchor, corpus.positive
         keep = a != p
@@ -128,15 +129,27 @@ class LinkedDetector:
         same = (pairs.cand_tid == c.anchor[r]) | (pairs.cand_tid == c.positive[r])
         mask = (both > 0) & ~same
         rule = np.select([from_anchor == 1, both == 1], [0, 2], default=4).astype(np.int64)
-        chain = np.flatnonzero(mask & (rule == 2))
-        if self.store is not None and chain.size:
-            from contrast_audit.evidence.embedding import target_scores
-
-            self.store.ensure(np.r_[pairs.cand_tid[chain], c.anchor[r[chain]], c.positive[r[chain]]])
-            near = target_scores(self.store, c, pairs, chain) >= self.near_bar
-            rule[chain] = np.where(near, 1, 3)
         severity = np.where(rule <= 2, CERTAIN, SUSPECT).astype(np.int8)
-        return Hits(self.name, mask, both.astype(np.float64), float(self.max_hops), severity, rule, self.RULES)
+        hits = Hits(self.name, mask, both.astype(np.float64), float(self.max_hops), severity, rule, self.RULES)
+        if self.store is not None:
+            self.check_near(self.store, c, pairs, hits)
+        return hits
+
+    def check_near(self, store, corpus: Corpus, pairs: Pairs, hits: Hits) -> None:
+        """Chains one hop through the positive, checked with ``store``'s vectors: ``certain`` where the
+        texts are near (the candidate's cosine to what the anchor is trained towards reaches
+        ``near_bar``), ``suspect`` where not."""
+        assert hits.rule is not None
+        chain = np.flatnonzero(hits.mask & (hits.rule == 2))
+        if chain.size == 0:
+            return
+        from contrast_audit.evidence.embedding import target_scores
+
+        r = pairs.anchor_row[chain]
+        store.ensure(np.r_[pairs.cand_tid[chain], corpus.anchor[r], corpus.positive[r]])
+        near = target_scores(store, corpus, pairs, chain) >= self.near_bar
+        hits.rule[chain] = np.where(near, 1, 3)
+        hits.severity[chain] = np.where(near, CERTAIN, SUSPECT)
 
     def info(self) -> dict[str, Any]:
         return {
@@ -147,8 +160,15 @@ class LinkedDetector:
             + (
                 "the candidate's cosine to what the anchor is trained towards reaches near_bar (the "
                 f"{NEAR_QUANTILE:g} quantile of the rows' own anchor-positive cosines, at least {NEAR_FLOOR:g})"
-                if self.store is not None
+                if self.checks_near
                 else "no embeddings check the texts"
             ),
             "suspect_when": "one hop through the positive whose texts are not near, or two or more hops",
         }
+
+
+def near_bar(own_scores: np.ndarray) -> float:
+    """The link bar from the rows' own anchor-positive cosines: their ``NEAR_QUANTILE``, at least
+    ``NEAR_FLOOR`` (the floor alone for fewer than ``MIN_ROWS`` rows)."""
+    bar = float(np.quantile(own_scores, NEAR_QUANTILE)) if own_scores.shape[0] >= MIN_ROWS else NEAR_FLOOR
+    return round(max(NEAR_FLOOR, bar), 4)

@@ -160,10 +160,17 @@ def scatter_figure(scores: pl.DataFrame) -> Any:
     return fig
 
 
-def scatter_plot(scores: pl.DataFrame | None) -> Plot:
+NO_SCORES = "Embedding evidence is off (--no-embeddings): there are no {} to plot."
+STREAMED = (
+    "The streaming engine holds no vectors of the whole data, so there are no {} to plot: a scan on the "
+    "in-memory engine (--engine memory) draws them."
+)
+
+
+def scatter_plot(scores: pl.DataFrame | None, why: str = NO_SCORES) -> Plot:
     title = "Anchor–positive score vs the highest in-batch negative"
     if scores is None:
-        return Plot("scatter", title, None, "Embedding evidence is off (--no-embeddings): there are no scores to plot.")
+        return Plot("scatter", title, None, why.format("scores"))
     flagged = int(scores.get_column("flagged").sum())
     caption = (
         f"{scores.height} anchors, {flagged} flagged (the anchors of the findings that count, as in rows affected); "
@@ -175,12 +182,10 @@ def scatter_plot(scores: pl.DataFrame | None) -> Plot:
     return Plot("scatter", title, _svg(scatter_figure(scores)), caption)
 
 
-def margin_plot(scores: pl.DataFrame | None) -> Plot:
+def margin_plot(scores: pl.DataFrame | None, why: str = NO_SCORES) -> Plot:
     title = "Margins: highest in-batch negative minus the positive"
     if scores is None:
-        return Plot(
-            "margins", title, None, "Embedding evidence is off (--no-embeddings): there are no margins to plot."
-        )
+        return Plot("margins", title, None, why.format("margins"))
     margin = (scores.get_column("negative_score") - scores.get_column("positive_score")).to_numpy()
     flagged = scores.get_column("flagged").to_numpy()
     fig = _figure()
@@ -305,9 +310,10 @@ def plots(result: AuditResult) -> list[Plot]:
 
     with matplotlib.rc_context(RC):
         scores = anchor_scores(result)
+        why = STREAMED if result.config.embedding.enabled else NO_SCORES
         return [
-            scatter_plot(scores),
-            margin_plot(scores),
+            scatter_plot(scores, why),
+            margin_plot(scores, why),
             cluster_plot(result),
             rate_plot(result),
             overlap_plot(result),

@@ -89,13 +89,17 @@ def test_a_baseline_marks_the_same_findings(data: Path, tmp_path: Path) -> None:
 def test_auto_streams_what_does_not_fit(data: Path) -> None:
     small = replace(case_config(), max_memory="1M")
     assert choose(small, [data]) == "stream"
-    assert choose(replace(small, embedding=EmbeddingConfig()), [data]) == "memory"  # embeddings: refused as before
+    assert choose(replace(small, embedding=EmbeddingConfig()), [data]) == "stream"  # embeddings stream too
+    pair = replace(EmbeddingConfig(), pair_evidence=True)
+    assert choose(replace(small, embedding=pair), [data]) == "memory"  # calibrated on every row: refused as before
     assert choose(replace(small, max_memory="off"), [data]) == "memory"
 
 
 def test_what_it_cannot_stream_is_refused() -> None:
-    with pytest.raises(ConfigError, match="embedding evidence"):
-        stream.run(["unused.jsonl"], replace(case_config(), embedding=EmbeddingConfig()), stream.Sizes())
+    for option in ({"pair_evidence": True}, {"above_positive": 0.9}, {"verifier": "a-cross-encoder"}):
+        cfg = replace(case_config(), embedding=replace(EmbeddingConfig(), **option))
+        with pytest.raises(ConfigError, match="calibrate on every row's vectors"):
+            stream.run(["unused.jsonl"], cfg, stream.Sizes())
 
 
 def test_too_little_memory_for_the_global_state_is_refused(data: Path) -> None:

@@ -88,7 +88,7 @@ def test_anchor_scores_match_the_judges_pairs(tmp_path: Path, batch_size: int):
     """Against the judge's own query→doc candidate pairs, over uneven batches and two epochs."""
     from contrast_audit.api import audit
     from contrast_audit.config import build_config
-    from contrast_audit.judge import _chunks, batch_pairs, direction_pairs
+    from contrast_audit.judge import batch_pairs, chunk_bounds, direction_pairs
 
     rows = [
         {"anchor": f"question {i}", "positive": f"answer {i}", "negative": f"wrong {i}"}
@@ -106,7 +106,7 @@ def test_anchor_scores_match_the_judges_pairs(tmp_path: Path, batch_size: int):
     scores = anchor_scores(result)
     c, gb = result.corpus, result.plan.global_batches(1)
     expected = np.full(c.n_rows, -np.inf)
-    for start, stop in _chunks(gb, 2):
+    for start, stop in chunk_bounds(gb, 2):
         pairs, _ = direction_pairs(c, "query_to_doc", *batch_pairs(gb, start, stop))
         cand = np.einsum("ij,ij->i", vectors[c.anchor[pairs.anchor_row]], vectors[pairs.cand_tid])
         np.maximum.at(expected, pairs.anchor_row, cand)
