@@ -55,8 +55,12 @@ def prepare(
         nonlocal keys
         if keys is None:
             keys = np.empty(n, dtype="S16")
+            tick = progress("Reading texts for the first stage", n) if progress else None
             for lo in range(0, n, KEY_CHUNK):
-                keys[lo : lo + KEY_CHUNK] = text_keys(texts_of(np.arange(lo, min(n, lo + KEY_CHUNK))), e.query_prompt)
+                ids = np.arange(lo, min(n, lo + KEY_CHUNK))
+                keys[lo : lo + KEY_CHUNK] = text_keys(texts_of(ids), e.query_prompt)
+                if tick:
+                    tick(ids.shape[0])
         return keys
 
     reason = (
