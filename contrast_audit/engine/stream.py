@@ -79,6 +79,11 @@ GLOBAL_BYTES_PER_SLOT = 48
 # With embedding evidence, per text: its cache key (16 bytes) and whether the full model embeds it.
 EMBEDDING_BYTES_PER_SLOT = 17
 VECTOR_DIM = 384  # the default model's; a run's estimate counts this many floats a vector
+# The model, its runtime's working memory (ONNX Runtime's arena: 815 MB RSS after one batch of 64 texts of
+# 240 tokens with the default model, 270 MB after short ones) and, on the first scan with a model, torch and
+# sentence-transformers for its export (about 800 MB more: 3,901 MiB peak cold against 3,128 MiB warm on
+# the 1,000,000-row benchmark at a 4 GiB limit before this allowance, docs/scale.md).
+MODEL_BYTES = 1 << 30
 READ_BYTES_PER_ROW = 2_500
 MIN_RUN_ROWS = 20_000
 MAX_RUN_ROWS = 1_000_000
@@ -128,13 +133,15 @@ class Sizes:
             return MAX_RUN_ROWS
         from contrast_audit.resources import BASE_BYTES, check_memory
 
-        held = BASE_BYTES + shape.global_bytes()
+        held = BASE_BYTES + shape.fixed_bytes() + shape.global_bytes()
         floor = shape.run_bytes_per_row() * MIN_RUN_ROWS  # a run's need does not shrink with the input
         limit = self.limit
 
         def parts(_share: float) -> str | None:
             # The rows whose global state fits beside a run: splitting the input shrinks only that.
-            rows = (limit - BASE_BYTES - floor) // max(shape.global_bytes() // max(shape.rows, 1), 1)
+            rows = (limit - BASE_BYTES - shape.fixed_bytes() - floor) // max(
+                shape.global_bytes() // max(shape.rows, 1), 1
+            )
             return f"audit the data in parts of at most {rows:,} rows" if rows >= 1 else None
 
         check_memory(held + floor, limit, f"streaming {shape.rows:,} rows", where, parts)
@@ -151,6 +158,10 @@ class Shape:
     texts: int
     text_bytes: int
     spaces: int = 0  # vector matrices per text (``vector_spaces``)
+
+    def fixed_bytes(self) -> int:
+        """What embedding evidence holds whatever the input: the model and its runtime's working memory."""
+        return MODEL_BYTES if self.spaces else 0
 
     def global_bytes(self) -> int:
         per_slot = GLOBAL_BYTES_PER_SLOT + (EMBEDDING_BYTES_PER_SLOT if self.spaces else 0)

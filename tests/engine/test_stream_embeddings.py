@@ -149,7 +149,8 @@ def test_a_run_counts_its_vectors_against_the_memory_limit() -> None:
     embedded = replace(lexical, spaces=2)
     assert embedded.run_bytes_per_row() - lexical.run_bytes_per_row() == 2 * 2 * 384 * 6
     assert embedded.global_bytes() > lexical.global_bytes()
-    sizes = stream.Sizes(limit=1 << 30)
+    assert embedded.fixed_bytes() == stream.MODEL_BYTES and lexical.fixed_bytes() == 0
+    sizes = stream.Sizes(limit=4 << 30)
     assert sizes.judging(embedded, "pairs.jsonl") < sizes.judging(lexical, "pairs.jsonl")
 
 
