@@ -982,13 +982,13 @@ def negatives(
     from contrast_audit.api import audit
     from contrast_audit.config import build_config
     from contrast_audit.errors import ConfigError
-    from contrast_audit.negatives import alleged_negatives, render_json, render_text
+    from contrast_audit.negatives import alleged_negatives, in_memory, render_json, render_text
     from contrast_audit.report.common import plural
 
     settings, origin = options.settings()
     settings["embeddings"] = True
     settings["first_stage"] = "none"  # the ranking reads every comparison with the full model
-    cfg = build_config(settings)
+    cfg = in_memory(build_config(settings))
     fmt = output_format_for(output, output_format.value if output_format else None, ("text", "json"))
     if top < 1 or per_anchor < 0:
         raise ConfigError("--top must be >= 1 and --per-anchor >= 0")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import polars as pl
@@ -15,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from contrast_audit.api import AuditResult
+from contrast_audit.config import AuditConfig
 from contrast_audit.errors import ConfigError
 from contrast_audit.evidence.base import Pairs
 from contrast_audit.evidence.blocks import BatchBlock
@@ -23,9 +25,27 @@ from contrast_audit.judge import WHY_NOT, _frame, chunk_bounds, direction_pairs,
 from contrast_audit.report.common import clip, evidence_text, why_not_text
 
 
+def in_memory(cfg: AuditConfig) -> AuditConfig:
+    """``cfg`` for listing alleged negatives: on the in-memory engine (``auto`` refuses an input too large for
+    memory rather than streaming it), or on Ray with the vectors computed there; ``stream`` is exit 2."""
+    if cfg.engine == "stream":
+        raise ConfigError(
+            "negatives runs on the in-memory engine, not --engine stream: it ranks every comparison by the "
+            "vectors of every text (--engine ray computes only its vectors on Ray)",
+            fix="leave --engine out (or pass --engine memory); scan streams inputs larger than memory",
+        )
+    return replace(cfg, engine="memory") if cfg.engine == "auto" else cfg
+
+
 def _store(result: AuditResult):
     for detector in result.detectors:
         store = getattr(detector, "store", None)
+        if store is not None and store.query is None:  # a streamed audit: no vectors of the whole data
+            raise ConfigError(
+                f"listing alleged negatives runs on the in-memory engine, not --engine {result.config.engine}: "
+                "it ranks every comparison by the vectors of every text",
+                fix="leave --engine out (or pass --engine memory)",
+            )
         if store is not None:
             return store
     raise ConfigError("listing alleged negatives needs embeddings", fix="drop --no-embeddings")

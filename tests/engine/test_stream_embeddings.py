@@ -177,3 +177,21 @@ def test_a_bad_cache_is_refused_and_the_score_plots_say_why_they_are_missing(dat
     scatter, margins = plots(result)[:2]
     assert scatter.svg is None and "streaming engine holds no vectors" in scatter.caption
     assert margins.svg is None and "--engine memory" in margins.caption
+
+
+def test_negatives_needs_every_vector_and_is_refused_on_the_streaming_engine(data: Path, tmp_path: Path) -> None:
+    from contrast_audit.errors import ConfigError
+    from contrast_audit.negatives import alleged_negatives, in_memory
+
+    result = CliRunner().invoke(app, ["negatives", str(data), "--engine", "stream", "--top", "3"])
+    assert result.exit_code == 2, result.output
+    assert "negatives runs on the in-memory engine, not --engine stream" in result.output
+    # auto refuses an input too large for memory (here: any) rather than streaming it
+    result = CliRunner().invoke(app, ["negatives", str(data), "--max-memory", "257M", "--top", "3"])
+    assert result.exit_code == 2, result.output
+    assert "needs about" in result.output and "--max-memory" in result.output
+    assert in_memory(_config()).engine == "memory"
+    # A streamed result handed to the API says what is missing instead of failing on it.
+    streamed = audit([str(data)], replace(_config(), engine="stream"))
+    with pytest.raises(ConfigError, match="runs on the in-memory engine"):
+        alleged_negatives(streamed)
