@@ -425,6 +425,7 @@ class Shared:
     warnings: list[str] = field(default_factory=list)
     link_bar: float | None = None  # the linked rule's bar, from the rows ``calibration_rows`` names
     token_stats: dict[str, int] = field(default_factory=dict)  # the alignment guard's, every run's
+    idf_used: bool = False  # whether a run's alignment guard read the idf weights (the report counts them then)
 
     def add_run(self, stores: Iterable[EmbeddingStore], token_stores: Iterable[Any] = ()) -> None:
         """Count a run's stores (and the alignment guard's token stores) in."""
@@ -435,6 +436,7 @@ class Shared:
         for tokens in token_stores:
             for key, value in tokens.stats.items():
                 self.token_stats[key] = self.token_stats.get(key, 0) + value
+            self.idf_used = self.idf_used or tokens.idf is not None
 
 
 @dataclass

@@ -244,6 +244,6 @@ class TokenStore:
     def info(self) -> dict[str, Any]:
         shared = self.store.shared
         if shared is not None and getattr(self, "corpus", None) is None:  # a streamed audit's account, every run's
-            counted = shared.idf_counts[0] if shared.idf_counts else 0
+            counted = shared.idf_counts[0] if shared.idf_counts and shared.idf_used else 0
             return {"alignment_match": self.match, "idf_texts": counted, **self.stats, **shared.token_stats}
         return {"alignment_match": self.match, "idf_texts": self.idf_texts, **self.stats}

@@ -122,7 +122,19 @@ def test_other_embedding_settings_match_the_in_memory_engine(data: Path, small_s
     assert memory.judgement.vetoed.equals(streamed.judgement.vetoed)
 
 
-def test_the_json_report_is_the_in_memory_one(data: Path, small_stage: None, tmp_path: Path) -> None:
+def _far_apart(path: Path) -> Path:
+    """Rows of unrelated word strings, none near another: no pair reaches a guard."""
+    rng = random.Random(5)
+    words = _words()
+    text = lambda n: " ".join(rng.sample(words, n))  # noqa: E731
+    return write_jsonl(path, [{"anchor": text(6), "positive": text(12), "negative": text(12)} for _ in range(60)])
+
+
+@pytest.mark.parametrize("near", [True, False], ids=["near pairs", "nothing near"])
+def test_the_json_report_is_the_in_memory_one(data: Path, small_stage: None, tmp_path: Path, near: bool) -> None:
+    # Nothing near: the alignment guard never reads its idf weights, and the report says 0 on both engines.
+    data = data if near else _far_apart(tmp_path / "far.jsonl")
+
     def scan(engine: str) -> dict:
         out = tmp_path / f"{engine}.json"
         args = ["scan", str(data), "--negative", "negative", "--batch-size", "48", "--seed", "3", "--epochs", "3"]
@@ -140,7 +152,10 @@ def test_the_json_report_is_the_in_memory_one(data: Path, small_stage: None, tmp
 
     memory = scan("memory")
     streamed = scan("stream")
-    assert memory["findings"] and memory["detectors"]["embedding"]["first_stage"]["used"]
+    if near:
+        assert memory["findings"] and memory["detectors"]["embedding"]["first_stage"]["used"]
+    else:
+        assert not memory["findings"] and memory["detectors"]["embedding"]["idf_texts"] == 0
     assert streamed == memory
 
 
