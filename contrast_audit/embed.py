@@ -591,7 +591,6 @@ class EmbeddingStore:
     def _first_stage(self, corpus: Corpus, texts: list[str], source: model_io.ModelSource) -> np.ndarray | None:
         """The full model's vectors of the texts the first stage selects for ``self.batches`` (zeros
         elsewhere, ``known`` False there); None when the full model is to embed every text."""
-
         n = len(texts)
         prompt = self.cfg.query_prompt
         reason = self.first_stage_refusal(n)
@@ -873,8 +872,10 @@ class EmbeddingStore:
             out[start:stop] = np.einsum("ij,ij->i", left[u[start:stop]], right[v[start:stop]])
         return out
 
-    def _backend_info(self, source: model_io.ModelSource | None) -> dict[str, Any]:
-        chosen = self.backends.get(source.path) if source else None
+    def _backend_info(
+        self, source: model_io.ModelSource | None, backends: dict[str, tuple[str, str]]
+    ) -> dict[str, Any]:
+        chosen = backends.get(source.path) if source else None
         if chosen is None:
             return {"backend": None}
         return {"backend": chosen[0], "backend_reason": chosen[1]}
@@ -882,8 +883,6 @@ class EmbeddingStore:
     def info(self) -> dict[str, Any]:
         shared = self.shared if getattr(self, "source", None) is None else None  # a streamed audit's account
         src = getattr(self, "source", None) or (shared.source if shared else None)
-        if shared is not None:
-            self.backends = shared.backends
         return {
             "model": src.model_id if src else self.cfg.model,
             "model_path": src.path if src else None,
@@ -895,7 +894,7 @@ class EmbeddingStore:
             "similarity": "cosine",
             "device": self.cfg.device or "auto",
             "precision": self.cfg.precision,
-            **self._backend_info(src),
+            **self._backend_info(src, shared.backends if shared else self.backends),
             "cache_dtype": VECTOR_DTYPE.name,
             **(shared.stats if shared else self.stats),
             "first_stage": shared.first_stage_info if shared else self.first_stage_info,

@@ -166,23 +166,6 @@ class Map:
         return vectors
 
 
-@dataclass
-class Stage:
-    """A fitted first stage: mapped static vectors of every text (unit, float16), and the bar a comparison
-    must reach."""
-
-    vectors: np.ndarray
-    bar: float
-    info: dict[str, Any] = field(default_factory=dict)
-
-
-def fit(static: np.ndarray, sample: np.ndarray, full: np.ndarray, detector_bar: float) -> Stage:
-    """Map ``static`` (every text) to the full model's space with the sample's vectors (``full``, one
-    per ``sample`` index), and calibrate the bar on the sample, cross-fitted (``fit_map``)."""
-    fitted = fit_map(static[sample], full, detector_bar)
-    return Stage(fitted.apply(static), fitted.bar, fitted.info)
-
-
 def fit_map(static: np.ndarray, full: np.ndarray, detector_bar: float) -> Map:
     """The map from the sample texts' ``static`` vectors to their ``full`` ones (row for row), and the
     bar calibrated on the sample, cross-fitted: the map of one half scores the pairs of the other."""

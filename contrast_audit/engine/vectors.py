@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from contrast_audit.config import AuditConfig
+from contrast_audit.config import AuditConfig, EmbeddingConfig
 from contrast_audit.corpus import alike_rows
 from contrast_audit.embed import EmbeddingStore, FirstStage, Shared, calibration_sample, text_keys
 from contrast_audit.encoders import idf_sample
@@ -87,11 +87,13 @@ def prepare(
         idf_counts = count_documents(model_tokenizer(store), texts_of(idf_sample(n)))
     link_bar = None
     if cfg.link.max_hops > 0:
-        if isinstance(fitted, FirstStage):
-            rows = fitted.rows
+        if isinstance(fitted, FirstStage):  # the sample's rows, whose texts' vectors the fit holds
+            rows, sample, held = fitted.rows, fitted.sample, fitted.vectors
+            vectors_of = lambda ids, _prompt: held[np.searchsorted(sample, ids)]  # noqa: E731
         else:
             rows = calibration_sample(corpus.anchor, corpus.positive, lambda ids: all_keys()[ids])
-        link_bar = near_bar(_own_scores(store, corpus.anchor[rows], corpus.positive[rows], texts_of))
+            vectors_of = lambda ids, prompt: store.embed_texts(texts_of(ids), None, prompt, source)  # noqa: E731
+        link_bar = near_bar(_own_scores(e, corpus.anchor[rows], corpus.positive[rows], vectors_of))
     shared = Shared(source, store.backends, store.writable, known, idf_counts, info, link_bar=link_bar)
     shared.add_run([store])
     return shared
@@ -120,19 +122,22 @@ def _select(
 
 
 def _own_scores(
-    store: EmbeddingStore, anchor: np.ndarray, positive: np.ndarray, texts_of: Callable[[np.ndarray], list[str]]
+    e: EmbeddingConfig,
+    anchor: np.ndarray,
+    positive: np.ndarray,
+    vectors_of: Callable[[np.ndarray, str], np.ndarray],
 ) -> np.ndarray:
     """sim(anchor, positive) of the rows (``anchor``, ``positive``: their text ids) whose positive is not
-    their anchor, as the in-memory store computes them (``row_positive_scores``)."""
+    their anchor, as the in-memory store computes them (``row_positive_scores``); ``vectors_of(ids, prompt)``
+    gives the vectors of sorted distinct text ids."""
     own = anchor != positive
     anchor, positive = anchor[own], positive[own]
-    e = store.cfg
     if e.query_prompt == e.doc_prompt:
         ids = np.unique(np.r_[anchor, positive])
-        vectors = store.embed_texts(texts_of(ids), None, e.query_prompt, store.source)
+        vectors = vectors_of(ids, e.query_prompt)
         left, right = vectors[np.searchsorted(ids, anchor)], vectors[np.searchsorted(ids, positive)]
     else:
         a_ids, p_ids = np.unique(anchor), np.unique(positive)
-        left = store.embed_texts(texts_of(a_ids), None, e.query_prompt, store.source)[np.searchsorted(a_ids, anchor)]
-        right = store.embed_texts(texts_of(p_ids), None, e.doc_prompt, store.source)[np.searchsorted(p_ids, positive)]
+        left = vectors_of(a_ids, e.query_prompt)[np.searchsorted(a_ids, anchor)]
+        right = vectors_of(p_ids, e.doc_prompt)[np.searchsorted(p_ids, positive)]
     return np.einsum("ij,ij->i", left, right)

@@ -89,10 +89,11 @@ def test_the_map_follows_the_full_models_cosines():
     full = static @ mix
     full /= np.linalg.norm(full, axis=1, keepdims=True)
     sample = np.arange(0, 600, 2)
-    stage = fs.fit(static, sample, full[sample], 0.825)
-    assert fs.BAR_RANGE[0] <= stage.bar <= fs.BAR_RANGE[1]
+    fitted = fs.fit_map(static[sample], full[sample], 0.825)
+    assert fs.BAR_RANGE[0] <= fitted.bar <= fs.BAR_RANGE[1]
     rest = np.arange(1, 600, 2)
-    mapped = stage.vectors[rest].astype(np.float32) @ stage.vectors[rest].T.astype(np.float32)
+    vectors = fitted.apply(static[rest]).astype(np.float32)
+    mapped = vectors @ vectors.T
     truth = full[rest] @ full[rest].T
     upper = np.triu_indices(rest.shape[0], 1)
     assert np.corrcoef(mapped[upper], truth[upper])[0, 1] > 0.98  # held-out texts: the map recovers the truth
@@ -224,6 +225,6 @@ def test_rules_with_bars_under_the_embedding_bar_keep_the_full_model(
 def test_a_sample_whose_pairs_all_score_alike_compares_at_the_lowest_bar():
     static = np.random.default_rng(1).normal(size=(40, 8)).astype(np.float32)
     full = np.eye(20, dtype=np.float32)  # every sample pair at cosine 0, none near: no spread to fit
-    stage = fs.fit(static, np.arange(20), full, 0.825)
-    assert stage.bar == fs.BAR_RANGE[0]
-    assert "all score alike" in stage.info["bar_from"]
+    fitted = fs.fit_map(static[:20], full, 0.825)
+    assert fitted.bar == fs.BAR_RANGE[0]
+    assert "all score alike" in fitted.info["bar_from"]
