@@ -478,8 +478,12 @@ def audit(
     detectors: Sequence[Detector] | None = None,
     progress: Progress | None = None,
     config_file: str | None = None,
+    every_vector: bool = False,
 ) -> AuditResult:
     """Audit pair files for in-batch false negatives under ``config``'s batch plan and loss.
+
+    ``every_vector``: the caller reads every text's vector afterwards (``negatives.alleged_negatives``), so
+    ``--engine ray`` runs in memory with the vectors computed on Ray rather than judging runs on the workers.
 
     A plan file that is a manifest (``contrast-audit manifest``) is checked against the data's fingerprint,
     planned with its own world size, and the findings it masks or marks as positives are flagged ``masked``.
@@ -498,13 +502,16 @@ def audit(
             )
         return _in_memory(paths, cfg, baseline, detectors, progress, config_file)
     chosen = engine.choose(cfg, files)
-    if chosen == "stream" or (chosen == "ray" and not engine.embeds_on_ray(cfg)):
+    if chosen == "stream" or (chosen == "ray" and not cfg.embedding.enabled and not engine.embeds_on_ray(cfg)):
         return _streamed(paths, cfg, baseline, progress, config_file)
-    if chosen == "ray":  # the vectors on Ray, everything else in memory
+    if chosen == "ray":
         from contrast_audit.engine import on_ray
 
+        in_memory = engine.embeds_on_ray(cfg) or (every_vector and cfg.embedding.enabled)
         with on_ray.connected(cfg.ray_address) as ray:
-            encoder = on_ray.embedder(ray, progress)
+            if not in_memory and not on_ray.gpus(ray):  # the runs judged and embedded on the workers
+                return _streamed(paths, cfg, baseline, progress, config_file)
+            encoder = on_ray.embedder(ray, progress)  # the vectors on Ray, everything else in memory
             return _in_memory(paths, cfg, baseline, detectors, progress, config_file, encoder)
     # A file read twice is fine; standard input or a FIFO is not: those stay with the refusal.
     if cfg.engine != "auto" or not engine.streams(cfg) or not all(resources.is_regular(f) for f in files):

@@ -995,7 +995,7 @@ def negatives(
     check_stdout(output)
     with open_output(output, data, settings, origin) as target:
         with progress_bars(not quiet and sys.stderr.isatty()) as progress:
-            result = audit(data, cfg, progress=progress, config_file=origin)
+            result = audit(data, cfg, progress=progress, config_file=origin, every_vector=True)
             table = alleged_negatives(result, top=top, per_anchor=per_anchor, sources=only_source, cohorts=only_cohort)
         _warn(result.warnings)
         if fmt == "json":

@@ -14,7 +14,7 @@ import tempfile
 import time
 import zipfile
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -438,6 +438,35 @@ class Shared:
                 self.token_stats[key] = self.token_stats.get(key, 0) + value
             self.idf_used = self.idf_used or tokens.idf is not None
 
+    ACCOUNT = ("stats", "warnings", "token_stats", "idf_used")
+
+    def fresh(self) -> Shared:
+        """The same decisions with nothing counted: a run judged in another process counts into its own
+        copy, whose ``account`` the driver adds in (``add_account``)."""
+        info = {k: v for k, v in self.first_stage_info.items() if k != "texts_on_demand"}
+        return replace(
+            self, stats={"embedded": 0, "cached": 0}, warnings=[], token_stats={}, idf_used=False, first_stage_info=info
+        )
+
+    def account(self) -> dict[str, Any]:
+        """What the runs counted, as plain data (JSON)."""
+        return {
+            **{k: getattr(self, k) for k in self.ACCOUNT},
+            "texts_on_demand": self.first_stage_info.get("texts_on_demand", 0),  # ``EmbeddingStore.ensure``'s
+        }
+
+    def add_account(self, account: dict[str, Any]) -> None:
+        """Count in another copy's ``account``."""
+        for key, value in account["stats"].items():
+            self.stats[key] = self.stats.get(key, 0) + value
+        for key, value in account["token_stats"].items():
+            self.token_stats[key] = self.token_stats.get(key, 0) + value
+        self.warnings += [w for w in account["warnings"] if w not in self.warnings]
+        self.idf_used = self.idf_used or account["idf_used"]
+        if account["texts_on_demand"]:
+            info = self.first_stage_info
+            info["texts_on_demand"] = info.get("texts_on_demand", 0) + account["texts_on_demand"]
+
 
 @dataclass
 class EmbeddingStore:
@@ -737,8 +766,21 @@ class EmbeddingStore:
         """The model as this store runs it (``backend``), loaded once per process."""
         source = source or self.source
         if self.backend(source) == "onnx":
-            return _load_onnx(str(self.onnx_dir(source)), source.path)
+            directory = self.onnx_dir(source)
+            try:
+                return _load_onnx(str(directory), source.path)
+            except ConfigError:
+                # Another machine decided the backend (a Ray worker on a node with a cache of its own):
+                # the model is exported here as that machine exported it.
+                if self._export(source, directory) is not None:
+                    raise
+            return _load_onnx(str(directory), source.path)
         return TorchEncoder(self._sentence_transformer(source), self.cfg.precision)
+
+    def _export(self, source: model_io.ModelSource, directory: Path) -> str | None:
+        """Export the model to ONNX in ``directory``; None, or why it could not be."""
+        exported, failed = encoders.export(self._sentence_transformer(source), Path(source.path), directory)
+        return None if exported is not None else failed
 
     def _sentence_transformer(self, source: model_io.ModelSource) -> Any:
         return _load_model(
@@ -780,8 +822,8 @@ class EmbeddingStore:
             if not writable:
                 why = "the cache cannot be written, so the model cannot be exported to it"
             else:
-                exported, failed = encoders.export(self._sentence_transformer(source), Path(source.path), directory)
-                if exported is None:
+                failed = self._export(source, directory)
+                if failed is not None:
                     why = f"the model cannot run on ONNX Runtime: {failed}"
         if why is None:
             return "onnx", f"the model exported to {encoders.ONNX_LAYOUT}/{directory.name} in the cache"

@@ -41,10 +41,13 @@ def _store(result: AuditResult):
     for detector in result.detectors:
         store = getattr(detector, "store", None)
         if store is not None and store.query is None:  # a streamed audit: no vectors of the whole data
+            engine = result.config.engine
             raise ConfigError(
-                f"listing alleged negatives runs on the in-memory engine, not --engine {result.config.engine}: "
+                f"listing alleged negatives runs on the in-memory engine, not --engine {engine}: "
                 "it ranks every comparison by the vectors of every text",
-                fix="leave --engine out (or pass --engine memory)",
+                fix="audit with every_vector=True (the vectors on Ray, the rest in memory)"
+                if engine == "ray"
+                else "leave --engine out (or pass --engine memory)",
             )
         if store is not None:
             return store

@@ -4,7 +4,8 @@
 (``engine.stream``) keeps texts on disk and judges runs of global batches one at a time, so its memory
 follows its run size and a few hundred bytes a row, not the texts (with embedding evidence, what is
 decided over every text is decided first: ``engine.vectors``); ``ray`` (``engine.on_ray``) runs
-``stream``'s lexical work on Ray Data, or, with embedding evidence, ``memory`` with the vectors computed on Ray.
+``stream``'s runs on Ray Data, each embedding its own texts on a worker; on a cluster with GPUs, or with
+evidence whose bars need every row's vectors, ``memory`` with the vectors computed on Ray.
 ``auto`` picks ``memory`` when the input fits ``--max-memory`` and ``stream`` when it does not and the
 audit can be streamed. docs/scale.md says when to use which.
 """
@@ -39,15 +40,17 @@ def streams(cfg: AuditConfig) -> bool:
 
 def embeds_on_ray(cfg: AuditConfig) -> bool:
     """Whether ``--engine ray`` runs ``cfg`` as the in-memory engine with its vectors computed on Ray
-    (embedding evidence: the stream engine's runs on Ray do not embed), rather than as the stream engine on
-    Ray. Refuses what needs every text at once and has nothing to embed."""
+    (embedding evidence whose bars need every row's vectors: ``--pair``, ``--above-positive``,
+    ``--verifier``), rather than as the stream engine on Ray, the runs judged (and embedded) on the
+    workers. A cluster with GPUs computes the vectors on them either way: ``api.audit`` asks Ray.
+    Refuses what needs every text at once and has nothing to embed."""
     from contrast_audit.engine.stream import unsupported
 
-    if cfg.embedding.enabled:
-        return True
     why = unsupported(cfg)
     if why is None:
         return False
+    if cfg.embedding.enabled:
+        return True
     from contrast_audit.errors import ConfigError
 
     raise ConfigError(f"the ray engine cannot run this audit: {why}", fix="pass --engine memory")

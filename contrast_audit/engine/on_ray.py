@@ -12,9 +12,13 @@ embedding evidence, the in-memory engine with its vectors computed by a pool of 
 - **report**: the found pairs are written as Parquet shards, read back by the driver, and reported
   as usual.
 
-With embedding evidence, which the runs on Ray do not compute, the audit runs in memory on the driver and
-only the vectors the cache lacks are computed on Ray (``embedder``): one actor per GPU, or CPU actors, each
-encoding as a local run does, so the vectors, and the findings, are a local run's.
+With embedding evidence the driver first decides what is decided over every text, as the streaming engine
+does (``engine.vectors``: the first stage's rows, the idf counts, the link bar, the backend), and ships it
+with the runs; each run's task embeds its own texts (from the cache where it holds them) on one CPU and
+sends back what it counted. The findings are the in-memory engine's. On a cluster with GPUs, and for the
+evidence whose bars need every row's vectors (``--pair``, ``--above-positive``, ``--verifier``), the audit
+runs in memory on the driver instead and only the vectors the cache lacks are computed on Ray
+(``embedder``): one actor per GPU, or CPU actors, each encoding as a local run does.
 
 ``ray`` is an optional extra (``pip install 'contrast-audit[ray]'``). Without ``--ray-address`` the
 engine starts a local Ray instance on this machine's usable CPUs and stops it at the end; with one it
@@ -23,10 +27,12 @@ joins that cluster, whose nodes need contrast-audit installed (docs/scale.md).
 
 from __future__ import annotations
 
+import json
 import logging
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +50,7 @@ from contrast_audit.judge import empty_findings
 _OUT = {
     "part": pl.String,
     **{c: t for c, t in empty_findings().schema.items() if c not in ("severity", "masked", "baseline")},
+    "account": pl.String,  # part "account": what a run's embedding stores counted (``embed.Shared.account``), JSON
 }
 RUNS_PER_WORKER = 2  # runs per worker CPU at least, so every worker has work
 
@@ -269,8 +276,12 @@ def _assign(batch: Any, owners: Any) -> Any:
 
 
 def _judge(group: Any, work_ref: Any) -> Any:
-    """``map_groups``: the rows of one run → its found pairs and judged hard negatives."""
+    """``map_groups``: the rows of one run → its found pairs and judged hard negatives, and with embedding
+    evidence what its stores counted."""
     work: stream.Work = _fetched(work_ref)
+    if work.embedding is not None:
+        _one_thread(work)
+        work = replace(work, embedding=work.embedding.fresh())  # this run's counts, sent back to the driver
     frame = pl.from_arrow(group)
     assert isinstance(frame, pl.DataFrame)
     frame = frame.sort("row")
@@ -279,10 +290,35 @@ def _judge(group: Any, work_ref: Any) -> Any:
     parts = [f.with_columns(pl.lit("finding").alias("part")) for f in findings]
     if mislabelled.height:
         parts.append(mislabelled.with_columns(pl.lit("mislabelled").alias("part")))
+    if work.embedding is not None:
+        parts.append(pl.DataFrame({"part": ["account"], "account": [json.dumps(work.embedding.account())]}))
     out = pl.concat(
         [pl.DataFrame(schema=_OUT), *(p.select(c for c in _OUT if c in p.columns) for p in parts)], how="diagonal"
     )
     return out.select(pl.col(c).cast(t) for c, t in _OUT.items()).to_arrow()
+
+
+_ONE_THREAD: set[tuple[str, str]] = set()  # (model path, backend) set to one thread in this worker process
+
+
+def _one_thread(work: stream.Work) -> None:
+    """The model of a judging task computes on one thread: a task holds one of the cluster's CPUs, and
+    the cluster's tasks run side by side (set once per worker process and model, before it first runs)."""
+    from contrast_audit.embed import EmbeddingStore
+
+    shared = work.embedding
+    store = EmbeddingStore(work.cfg.embedding)
+    store.backends = dict(shared.backends)
+    backend = store.backend(shared.source)
+    if (shared.source.path, backend) in _ONE_THREAD:
+        return
+    if backend == "onnx":
+        store.model(shared.source).set_threads(1)  # the session opens on first use, with one thread
+    else:
+        import torch
+
+        torch.set_num_threads(1)
+    _ONE_THREAD.add((shared.source.path, backend))
 
 
 def _owners(work: stream.Work, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
@@ -320,6 +356,11 @@ class _Encoder:
         return {"position": batch["position"], "vector": out if out is not None else np.zeros((0, 0), np.float16)}
 
 
+def gpus(ray: Any) -> int:
+    """The GPUs of the connected cluster."""
+    return int(ray.cluster_resources().get("GPU", 0))
+
+
 def embedder(
     ray: Any, progress: Callable[[str, int], Callable[[int], None]] | None = None
 ) -> Callable[..., np.ndarray]:
@@ -332,10 +373,9 @@ def embedder(
 
         from contrast_audit.embed import FLUSH_TEXTS, EmbeddingStore
 
-        resources = ray.cluster_resources()
-        gpus, cpus = int(resources.get("GPU", 0)), max(1, int(resources.get("CPU", 1)))
-        if gpus:
-            actors, per_actor, threads = gpus, {"num_gpus": 1}, None
+        n_gpus, cpus = gpus(ray), max(1, int(ray.cluster_resources().get("CPU", 1)))
+        if n_gpus:
+            actors, per_actor, threads = n_gpus, {"num_gpus": 1}, None
         else:  # one CPU left to the tasks that feed the actors, or they wait on each other
             threads = min(CPU_THREADS_PER_ACTOR, max(1, cpus - 1))
             actors, per_actor = max(1, (cpus - 1) // threads), {"num_cpus": threads}
@@ -426,7 +466,9 @@ def _run(
         raise spill.failed(exc) from exc
     if tick:
         tick(len(work.runs))
-    findings = found.filter(pl.col("part") == "finding").drop("part")
+    for account in found.filter(pl.col("part") == "account").get_column("account").to_list():
+        work.embedding.add_account(json.loads(account))
+    findings = found.filter(pl.col("part") == "finding").drop("part", "account")
     mislabelled = found.filter(pl.col("part") == "mislabelled").select(
         "anchor_row", "cand_role", "cand_tid", "severity_rank", "severity_rule", "evidence"
     )

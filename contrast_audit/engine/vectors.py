@@ -94,6 +94,7 @@ def prepare(
             rows = calibration_sample(corpus.anchor, corpus.positive, lambda ids: all_keys()[ids])
             vectors_of = lambda ids, prompt: store.embed_texts(texts_of(ids), None, prompt, source)  # noqa: E731
         link_bar = near_bar(_own_scores(e, corpus.anchor[rows], corpus.positive[rows], vectors_of))
+    store.backend(source)  # decided here, for every run: those judged in other processes too (``engine.on_ray``)
     shared = Shared(source, store.backends, store.writable, known, idf_counts, info, link_bar=link_bar)
     shared.add_run([store])
     return shared

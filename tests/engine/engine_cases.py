@@ -9,6 +9,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from contrast_audit import model as model_io
 from contrast_audit.cli import app
 from contrast_audit.config import AuditConfig, EmbeddingConfig, LossConfig, PlanConfig
 
@@ -127,3 +128,61 @@ def paraphrase_rows() -> list[dict]:
     for j, text in enumerate(UNRELATED):
         rows.append({"id": f"o{j}", "anchor": f"question about {text.split()[1]} number {j}", "positive": text})
     return rows
+
+
+def vocabulary_words() -> list[str]:
+    """Words of the bundled model's vocabulary: strings of them are texts the model reads as unrelated."""
+    vocab = (Path(model_io.resolve(None).path) / "vocab.txt").read_text(encoding="utf-8").split()
+    return [w for w in vocab if w.isalpha() and w.isascii() and len(w) >= 5]
+
+
+def embedding_case_rows() -> list[dict]:
+    """Rows of unrelated word strings, with what each kind of embedding evidence reads: positives that
+    repeat another row's but for one word (near-duplicates), rows whose anchor is another row's positive
+    (chains the linked rule checks with the vectors), and hard negatives that restate their own row's
+    positive (mislabelled)."""
+    rng = random.Random(11)
+    words = vocabulary_words()
+    text = lambda n: " ".join(rng.sample(words, n))  # noqa: E731
+    rows = [{"id": f"r{i}", "anchor": text(6), "positive": text(12)} for i in range(420)]
+    for k in range(40):
+        twin = rows[rng.randrange(420)]["positive"].split()
+        twin[rng.randrange(12)] = rng.choice(words)
+        rows.append({"id": f"twin{k}", "anchor": text(6), "positive": " ".join(twin)})
+    for k in range(30):
+        j = rng.randrange(420)
+        near = rows[j]["anchor"].split()
+        near[0] = rng.choice(words)  # the chain's far end is near the anchor, or not
+        rows.append(
+            {"id": f"chain{k}", "anchor": rows[j]["positive"], "positive": " ".join(near) if k % 2 else text(6)}
+        )
+    for k in range(8):
+        positive = text(12)
+        rows.append({"id": f"mis{k}", "anchor": text(6), "positive": positive, "negative": positive + " again"})
+    rng.shuffle(rows)
+    return rows
+
+
+def embedding_case_config(**embedding) -> AuditConfig:
+    """The settings ``embedding_case_rows`` is audited with: batches of 48 over three epochs, and its hard
+    negatives mapped."""
+    cfg = AuditConfig()
+    return replace(
+        cfg,
+        plan=replace(cfg.plan, batch_size=48, seed=3, epochs=3),
+        embedding=replace(cfg.embedding, **embedding),
+        mapping=replace(cfg.mapping, negatives=("negative",)),
+    )
+
+
+def small_first_stage(monkeypatch) -> None:
+    """A first stage for a few hundred rows, and chunks of a few batches (runs are cut where one begins).
+    The constants are read where the audit starts: the runs a distributed engine judges elsewhere receive
+    what they decided."""
+    from contrast_audit import first_stage as fs
+    from contrast_audit import judge
+
+    monkeypatch.setattr(fs, "SAMPLE_ROWS", 150)
+    monkeypatch.setattr(fs, "MIN_TEXTS", 600)
+    monkeypatch.setattr(fs, "MIN_SAMPLE_TEXTS", 200)
+    monkeypatch.setattr(judge, "PAIRS_PER_CHUNK", 8192)

@@ -7,7 +7,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from engine_cases import PLANS, case_config, case_rows, paraphrase_rows, scan_report
+from engine_cases import (
+    PLANS,
+    case_config,
+    case_rows,
+    embedding_case_config,
+    embedding_case_rows,
+    paraphrase_rows,
+    scan_report,
+    small_first_stage,
+)
 from support import write_jsonl
 
 from contrast_audit.api import audit
@@ -51,9 +60,43 @@ def test_scan_engine_ray_writes_the_in_memory_report(local_ray, data: Path, tmp_
 
 
 @pytest.mark.slow
-def test_embeddings_are_computed_on_ray_actors_with_a_local_run_s_findings(local_ray, tmp_path: Path) -> None:
-    """With embedding evidence the audit runs in memory and only the vectors come from Ray: each actor
-    encodes as a local run does, so the findings are a local run's."""
+@pytest.mark.parametrize("first_stage", ["static", "none"])
+def test_runs_judged_on_ray_embed_their_own_texts_with_the_in_memory_findings(
+    local_ray, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first_stage: str
+) -> None:
+    """With embedding evidence each run is judged, and its texts embedded, in a Ray worker, from what the
+    driver decided over every text; the findings, scores and counts are the in-memory engine's."""
+    small_first_stage(monkeypatch)
+    data = write_jsonl(tmp_path / "pairs.jsonl", embedding_case_rows())
+    cfg = embedding_case_config(first_stage=first_stage)
+
+    def cached(name: str):
+        return replace(cfg.embedding, cache_dir=str(tmp_path / name))
+
+    memory = audit([str(data)], replace(cfg, engine="memory", embedding=cached("memory")))
+    calls = []
+    judge_run = stream.Work.judge
+    monkeypatch.setattr(stream.Work, "judge", lambda *a, **k: calls.append(1) or judge_run(*a, **k))
+    got = on_ray.run([str(data)], replace(cfg, engine="ray", embedding=cached("ray")), stream.Sizes(chunk_rows=60))
+    assert not calls  # every run was judged in a worker
+    j = got.judgement
+    assert memory.findings.height > 20 and memory.mislabelled.height > 0
+    assert memory.findings.equals(j.findings)
+    assert memory.mislabelled.equals(j.mislabelled)
+    assert memory.judgement.vetoed.equals(j.vetoed)
+    info, ray_info = memory.judgement.detector_info, j.detector_info
+    assert ray_info["embedding"]["first_stage"] == info["embedding"]["first_stage"]
+    assert ray_info["embedding"]["first_stage"]["used"] is (first_stage == "static")
+    assert ray_info["linked"]["near_bar"] == info["linked"]["near_bar"]
+    assert ray_info["embedding"]["idf_texts"] == info["embedding"]["idf_texts"] > 0
+    assert ray_info["embedding"]["backend"] == info["embedding"]["backend"]
+    # What the workers' stores counted came back: their vectors are every run's lookups.
+    assert ray_info["embedding"]["embedded"] + ray_info["embedding"]["cached"] >= info["embedding"]["embedded"] > 0
+
+
+@pytest.mark.slow
+def test_the_scan_report_of_runs_judged_on_ray_is_the_in_memory_one(local_ray, tmp_path: Path) -> None:
+    """``scan --engine ray`` with embedding evidence judges on the workers and writes the in-memory report."""
     from typer.testing import CliRunner
 
     from contrast_audit.cli import app

@@ -10,68 +10,27 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from engine_cases import embedding_case_config, embedding_case_rows, small_first_stage, vocabulary_words
 from support import write_jsonl
 from typer.testing import CliRunner
 
-from contrast_audit import first_stage as fs
 from contrast_audit import judge
-from contrast_audit import model as model_io
 from contrast_audit.api import audit
 from contrast_audit.cli import app
-from contrast_audit.config import AuditConfig
 from contrast_audit.engine import stream
-
-
-def _words() -> list[str]:
-    vocab = (Path(model_io.resolve(None).path) / "vocab.txt").read_text(encoding="utf-8").split()
-    return [w for w in vocab if w.isalpha() and w.isascii() and len(w) >= 5]
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Rows of unrelated word strings, with what each kind of embedding evidence reads: positives that
-    repeat another row's but for one word (near-duplicates), rows whose anchor is another row's positive
-    (chains the linked rule checks with the vectors), and hard negatives that restate their own row's
-    positive (mislabelled)."""
-    rng = random.Random(11)
-    words = _words()
-    text = lambda n: " ".join(rng.sample(words, n))  # noqa: E731
-    rows = [{"id": f"r{i}", "anchor": text(6), "positive": text(12)} for i in range(420)]
-    for k in range(40):
-        twin = rows[rng.randrange(420)]["positive"].split()
-        twin[rng.randrange(12)] = rng.choice(words)
-        rows.append({"id": f"twin{k}", "anchor": text(6), "positive": " ".join(twin)})
-    for k in range(30):
-        j = rng.randrange(420)
-        near = rows[j]["anchor"].split()
-        near[0] = rng.choice(words)  # the chain's far end is near the anchor, or not
-        rows.append(
-            {"id": f"chain{k}", "anchor": rows[j]["positive"], "positive": " ".join(near) if k % 2 else text(6)}
-        )
-    for k in range(8):
-        positive = text(12)
-        rows.append({"id": f"mis{k}", "anchor": text(6), "positive": positive, "negative": positive + " again"})
-    rng.shuffle(rows)
-    return write_jsonl(tmp_path_factory.mktemp("stream-embeddings") / "pairs.jsonl", rows)
+    return write_jsonl(tmp_path_factory.mktemp("stream-embeddings") / "pairs.jsonl", embedding_case_rows())
 
 
 @pytest.fixture
 def small_stage(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A first stage for a few hundred rows, and chunks of a few batches (runs are cut where one begins)."""
-    monkeypatch.setattr(fs, "SAMPLE_ROWS", 150)
-    monkeypatch.setattr(fs, "MIN_TEXTS", 600)
-    monkeypatch.setattr(fs, "MIN_SAMPLE_TEXTS", 200)
-    monkeypatch.setattr(judge, "PAIRS_PER_CHUNK", 8192)
+    small_first_stage(monkeypatch)
 
 
-def _config(**embedding) -> AuditConfig:
-    cfg = AuditConfig()
-    return replace(
-        cfg,
-        plan=replace(cfg.plan, batch_size=48, seed=3, epochs=3),
-        embedding=replace(cfg.embedding, **embedding),
-        mapping=replace(cfg.mapping, negatives=("negative",)),
-    )
+_config = embedding_case_config
 
 
 @pytest.mark.parametrize("run_rows", [40, 150, 100_000])
@@ -125,7 +84,7 @@ def test_other_embedding_settings_match_the_in_memory_engine(data: Path, small_s
 def _far_apart(path: Path) -> Path:
     """Rows of unrelated word strings, none near another: no pair reaches a guard."""
     rng = random.Random(5)
-    words = _words()
+    words = vocabulary_words()
     text = lambda n: " ".join(rng.sample(words, n))  # noqa: E731
     return write_jsonl(path, [{"anchor": text(6), "positive": text(12), "negative": text(12)} for _ in range(60)])
 
