@@ -393,12 +393,16 @@ def prepare(
     extend_rows: Callable[[LoadResult], LoadResult] | None = None,
     encoder: Callable[..., Any] | None = None,
     batches_for: Callable[[Corpus], GlobalBatches] | None = None,
+    can_stream: bool = True,
 ) -> Prepared:
     """Load, normalise and prepare the evidence (embedding texts when the detectors need it).
     ``extend_rows`` may add rows before the corpus is built (``--with-existing``); ``before_evidence`` runs on
     the loaded rows, so a bad plan or manifest fails before any embedding. ``batches_for`` gives the
-    global batches the texts will be judged in: the embedding store's first stage embeds for them only."""
+    global batches the texts will be judged in: the embedding store's first stage embeds for them only.
+    ``can_stream``: whether the caller could stream an input too large for memory instead (``scan`` can;
+    ``manifest`` and ``negatives`` cannot), which a refusal then offers."""
     cfg = config or AuditConfig()
+    hint = engine.streaming_hint(cfg) if can_stream else ""
     limit = resources.parse_size(cfg.max_memory)
     files = expand_paths(list(paths))
     where = str(files[0]) if len(files) == 1 else f"{files[0]} (+{len(files) - 1} more files)"
@@ -410,7 +414,7 @@ def prepare(
         where,
         lambda share: (
             f"audit the data in parts of at most {resources.human(int(n_bytes * share))} "
-            "(split -C SIZE FILE part- keeps lines whole)" + engine.streaming_hint(cfg)
+            "(split -C SIZE FILE part- keeps lines whole)" + hint
             if n_bytes * share >= 1 << 10
             else None  # not a row's worth of it fits: check_memory says how much to raise the limit
         ),
@@ -435,7 +439,7 @@ def prepare(
         where,
         lambda share: (
             f"audit the data in parts of at most {resources.round_down(corpus.n_rows * share):,} rows "
-            "(split -l ROWS FILE part-)" + engine.streaming_hint(cfg)
+            "(split -l ROWS FILE part-)" + hint
             if corpus.n_rows * share >= 1
             else None  # not a row of it fits: check_memory says how much to raise the limit
         ),
@@ -500,7 +504,7 @@ def audit(
                 f"audit(detectors=...) runs on the in-memory engine, not --engine {cfg.engine}",
                 fix="leave the engine at auto or memory, or leave detectors out",
             )
-        return _in_memory(paths, cfg, baseline, detectors, progress, config_file)
+        return _in_memory(paths, cfg, baseline, detectors, progress, config_file, can_stream=False)
     chosen = engine.choose(cfg, files)
     if chosen == "stream" or (chosen == "ray" and not cfg.embedding.enabled and not engine.embeds_on_ray(cfg)):
         return _streamed(paths, cfg, baseline, progress, config_file)
@@ -512,10 +516,10 @@ def audit(
             if not in_memory and not on_ray.gpus(ray):  # the runs judged and embedded on the workers
                 return _streamed(paths, cfg, baseline, progress, config_file)
             encoder = on_ray.embedder(ray, progress)  # the vectors on Ray, everything else in memory
-            return _in_memory(paths, cfg, baseline, detectors, progress, config_file, encoder)
+            return _in_memory(paths, cfg, baseline, detectors, progress, config_file, encoder, not every_vector)
     # A file read twice is fine; standard input or a FIFO is not: those stay with the refusal.
     if cfg.engine != "auto" or not engine.streams(cfg) or not all(resources.is_regular(f) for f in files):
-        return _in_memory(paths, cfg, baseline, detectors, progress, config_file)
+        return _in_memory(paths, cfg, baseline, detectors, progress, config_file, can_stream=not every_vector)
     try:
         return _in_memory(paths, cfg, baseline, detectors, progress, config_file)
     except resources.MemoryRefused:
@@ -557,8 +561,10 @@ def _in_memory(
     progress: Progress | None,
     config_file: str | None,
     encoder: Callable[..., Any] | None = None,
+    can_stream: bool = True,
 ) -> AuditResult:
-    """``audit`` on the in-memory engine; ``encoder`` computes the vectors the cache lacks elsewhere."""
+    """``audit`` on the in-memory engine; ``encoder`` computes the vectors the cache lacks elsewhere;
+    ``can_stream`` as ``prepare`` reads it."""
     ref = cfg.reference
     existing = load_existing(ref.against, ref.against_columns or cfg.mapping, cfg.on_bad_row) if ref.against else None
     manifest = None
@@ -594,6 +600,7 @@ def _in_memory(
         extend_rows=extend,
         encoder=encoder,
         batches_for=batches_for,
+        can_stream=can_stream,
     )
     prepared.config = cfg
     loaded, corpus, active = prepared.loaded, prepared.corpus, prepared.detectors

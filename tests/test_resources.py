@@ -165,6 +165,22 @@ def test_standard_input_that_does_not_fit_is_refused_not_read_twice(
     assert "or stream it (--engine stream)" in result.output
 
 
+@pytest.mark.parametrize("command", ["negatives", "manifest"])
+def test_commands_that_need_every_row_do_not_offer_to_stream(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    """``negatives`` and ``manifest`` refuse ``--engine stream``: their refusal of an input too large for
+    memory offers parts, not streaming."""
+    data = _data(tmp_path)
+    monkeypatch.setattr(resources, "BYTES_PER_TEXT", 1 << 30)
+    out = ["--out", str(tmp_path / "m.jsonl")] if command == "manifest" else []
+    result = RUNNER.invoke(app, [command, str(data), "--batch-size", "8", "--max-memory", "64G", *out])
+    assert result.exit_code == 2, result.output
+    assert "needs about" in result.output and "parts of at most" in result.output
+    assert "--engine stream" not in result.output and "stream it" not in result.output
+    assert not (tmp_path / "m.jsonl").exists()
+
+
 def test_detectors_of_the_caller_s_own_run_in_memory(tmp_path: Path) -> None:
     from contrast_audit.evidence import ExactDetector
 

@@ -120,7 +120,13 @@ def build_manifest(
 
             encoder = on_ray.embedder(stack.enter_context(on_ray.connected(cfg.ray_address)), progress)
         prepared = prepare(
-            paths, cfg, detectors=detectors, progress=progress, before_evidence=read_plan, encoder=encoder
+            paths,
+            cfg,
+            detectors=detectors,
+            progress=progress,
+            before_evidence=read_plan,
+            encoder=encoder,
+            can_stream=False,  # a manifest's relations span every row
         )
     corpus = prepared.corpus
     threshold = SEVERITY_RANK[mask_severity]
