@@ -102,6 +102,27 @@ def connected(address: str | None) -> Iterator[Any]:
         ray.shutdown()
 
 
+@contextmanager
+def worker_errors(ray: Any) -> Iterator[None]:
+    """An audit's own error raised in a Ray task (a node without the model, another polars) reaches the
+    user as that error, exit 2 with its fix, not as Ray's task error around a traceback."""
+    from contrast_audit.errors import AuditError
+
+    ctx = ray.data.DataContext.get_current()
+    before = ctx.raise_original_map_exception
+    ctx.raise_original_map_exception = True  # else Ray Data keeps only the cause's text
+    try:
+        yield
+    except ray.exceptions.RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, AuditError):
+            cause.args = (cause.render(),)  # without the retry advice Ray Data appends to the text
+            raise cause from None
+        raise
+    finally:
+        ctx.raise_original_map_exception = before
+
+
 MAX_PORT = 65535
 _ADDRESS_FIX = "pass host:port of the cluster's head (e.g. 10.0.0.5:6379), or auto"
 
@@ -167,9 +188,9 @@ def _keys(batch: Any, normalise: Any, want_raw: bool, width: int, polars_version
     import pyarrow as pa
 
     if pl.__version__ != polars_version:  # its text hashes would not be the driver's
-        raise RuntimeError(
-            f"a Ray worker has polars {pl.__version__} and the driver {polars_version}: install the same "
-            "contrast-audit environment on every node"
+        raise ConfigError(
+            f"a Ray worker has polars {pl.__version__} and the driver {polars_version}",
+            fix="install the same contrast-audit environment on every node",
         )
 
     rows = pl.from_arrow(batch)
@@ -341,12 +362,20 @@ class _Encoder:
     does in this process (``EmbeddingStore.encode_stored``), so the vectors are those a local run computes."""
 
     def __init__(self, store: Any, source: Any, prompt: str, threads: int | None) -> None:
-        self.store, self.prompt = store, prompt
-        self.st = store.model(source)
+        from contrast_audit.errors import AuditError
+
+        self.store, self.prompt, self.failed = store, prompt, None
+        try:
+            self.st = store.model(source)
+        except AuditError as exc:  # raised on the first batch: Ray keeps only the text of an actor's own
+            self.failed = exc
+            return
         if threads:
             self.st.set_threads(threads)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.failed is not None:
+            raise self.failed
         texts = [str(t) for t in batch["text"]]
         out: np.ndarray | None = None
         for part, vecs in self.store.encode_stored(self.st, texts, self.prompt):
@@ -394,20 +423,21 @@ def embedder(
         tick = progress("Embedding texts on Ray", len(texts)) if progress else None
         out: np.ndarray | None = None
         pending: list[np.ndarray] = []
-        for batch in vectors.iter_batches(batch_format="numpy", batch_size=None):
-            rows, got = batch["position"], batch["vector"]
-            if not rows.shape[0]:
-                continue
-            if out is None:
-                out = np.zeros((len(texts), got.shape[1]), dtype=got.dtype)
-            out[rows] = got
-            pending.append(rows)
-            if tick:
-                tick(rows.shape[0])
-            if sum(p.shape[0] for p in pending) >= FLUSH_TEXTS:
-                done = np.sort(np.concatenate(pending))
-                store.flush(cache, keys[done], out[done])
-                pending = []
+        with worker_errors(ray):  # the vectors written to the cache as they arrive
+            for batch in vectors.iter_batches(batch_format="numpy", batch_size=None):
+                rows, got = batch["position"], batch["vector"]
+                if not rows.shape[0]:
+                    continue
+                if out is None:
+                    out = np.zeros((len(texts), got.shape[1]), dtype=got.dtype)
+                out[rows] = got
+                pending.append(rows)
+                if tick:
+                    tick(rows.shape[0])
+                if sum(p.shape[0] for p in pending) >= FLUSH_TEXTS:
+                    done = np.sort(np.concatenate(pending))
+                    store.flush(cache, keys[done], out[done])
+                    pending = []
         if pending and out is not None:
             done = np.sort(np.concatenate(pending))
             store.flush(cache, keys[done], out[done])
@@ -428,7 +458,7 @@ def run(
     check_address(address)
     spill = stream.Spill(spill_parent)  # a bad $TMPDIR fails before Ray starts
     try:
-        with connected(address) as ray:
+        with connected(address) as ray, worker_errors(ray):
             return _run(ray, paths, cfg, sizes, spill, progress)
     except BaseException:
         spill.close()

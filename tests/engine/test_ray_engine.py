@@ -165,3 +165,35 @@ def test_negatives_with_vectors_from_ray_lists_the_in_memory_ones(local_ray, tmp
     memory = negatives("memory")
     assert memory
     assert negatives("ray") == memory
+
+
+@pytest.mark.parametrize("kind", ["task", "actor"])
+def test_an_audit_error_raised_on_a_worker_reaches_the_user_as_itself(local_ray, kind: str) -> None:
+    """Exit 2 with the error's own message and fix, not Ray's task error around a traceback (exit 3)."""
+    from contrast_audit.errors import ConfigError
+
+    def refuse(batch: dict) -> dict:  # defined here: Ray ships it by value, the workers cannot import tests
+        raise ConfigError("the model is not on this node", fix="install it there")
+
+    class Refusing:  # as ``on_ray._Encoder`` does: an error of its set-up is raised on its first batch
+        def __call__(self, batch: dict) -> dict:
+            return refuse(batch)
+
+    task, kwargs = (refuse, {}) if kind == "task" else (Refusing, {"concurrency": 1})
+    with pytest.raises(ConfigError) as err, on_ray.worker_errors(ray):
+        ray.data.range(4).map_batches(task, **kwargs).materialize()
+    assert type(err.value) is ConfigError
+    assert str(err.value) == "the model is not on this node — install it there"
+    assert not ray.data.DataContext.get_current().raise_original_map_exception  # put back as it was
+
+
+def test_an_embedding_actor_that_cannot_load_the_model_says_so_on_its_first_batch() -> None:
+    from contrast_audit.errors import ModelError
+
+    class Store:
+        def model(self, source):
+            raise ModelError(f"{source}: no such model directory", fix="install the model on every node")
+
+    actor = on_ray._Encoder(Store(), "/models/x", "", threads=2)
+    with pytest.raises(ModelError, match="no such model directory"):
+        actor({"position": [0], "text": ["a text"]})
