@@ -25,7 +25,7 @@ from contrast_audit import model as model_io
 from contrast_audit.config import EmbeddingConfig
 from contrast_audit.corpus import Corpus, alike_rows
 from contrast_audit.encoders import Encoder, OnnxEncoder, TorchEncoder
-from contrast_audit.errors import ConfigError
+from contrast_audit.errors import ConfigError, ModelError
 from contrast_audit.io.atomic import remove_stale_temporaries
 
 FLUSH_TEXTS = 4096  # new vectors are written to the cache in shards of this many texts ...
@@ -772,8 +772,12 @@ class EmbeddingStore:
             except ConfigError:
                 # Another machine decided the backend (a Ray worker on a node with a cache of its own):
                 # the model is exported here as that machine exported it.
-                if self._export(source, directory) is not None:
-                    raise
+                failed = self._export(source, directory)
+                if failed is not None:
+                    raise ModelError(
+                        f"the model cannot run on ONNX Runtime on this machine ({directory}): {failed}",
+                        fix="pass --backend torch",
+                    ) from None
             return _load_onnx(str(directory), source.path)
         return TorchEncoder(self._sentence_transformer(source), self.cfg.precision)
 

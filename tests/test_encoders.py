@@ -203,3 +203,18 @@ def test_a_damaged_export_is_an_error_that_says_how_to_mend_it(tmp_path):
     done = CliRunner().invoke(app, ["scan", str(data), "--cache-dir", str(tmp_path), "-q"])
     assert done.exit_code == 2 and "cannot load the exported model" in done.output
     assert "--backend torch" in done.output
+
+
+def test_a_store_told_onnx_by_another_machine_exports_the_model_where_it_runs(tmp_path):
+    """A Ray worker on a node with a cache of its own runs the backend the driver chose: the export is
+    made in that node's cache, and its vectors are the driver's."""
+    driver = store(tmp_path / "driver")
+    assert driver.info()["backend"] == "onnx"
+    worker = EmbeddingStore(EmbeddingConfig(cache_dir=str(tmp_path / "node"), device="cpu"))
+    worker.open()
+    worker.backends = dict(driver.backends)  # decided on the driver, as ``embed.Shared`` carries it
+    assert not (worker.onnx_dir(worker.source) / "model.onnx").exists()
+    encoder = worker.model()
+    assert encoder.name == "onnx" and (worker.onnx_dir(worker.source) / "model.onnx").is_file()
+    texts = [r[0] for r in ROWS]
+    assert np.array_equal(encoder.sentences(texts, ""), driver.model().sentences(texts, ""))
