@@ -465,7 +465,7 @@ EngineOpt = Annotated[
     _opt(
         "memory: every text in memory; stream: texts on disk, rows judged run by run within --max-memory "
         "(not --against, --eval, --pair, --above-positive or --verifier); ray: the stream engine's "
-        "lexical work on Ray Data, or the vectors on Ray (pip install 'contrast-audit[ray]'); "
+        "runs judged and embedded on Ray Data workers (pip install 'contrast-audit[ray]'); "
         "auto: memory when the input fits, else stream.  \\[default: auto]",
         "Input",
         "--engine",

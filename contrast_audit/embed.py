@@ -430,15 +430,11 @@ class Shared:
     def add_run(self, stores: Iterable[EmbeddingStore], token_stores: Iterable[Any] = ()) -> None:
         """Count a run's stores (and the alignment guard's token stores) in."""
         for store in stores:
-            for key, value in store.stats.items():
-                self.stats[key] = self.stats.get(key, 0) + value
-            self.warnings += [w for w in getattr(store, "warnings", []) if w not in self.warnings]
+            _add_counts(self.stats, store.stats)
+            self._warn(getattr(store, "warnings", []))
         for tokens in token_stores:
-            for key, value in tokens.stats.items():
-                self.token_stats[key] = self.token_stats.get(key, 0) + value
+            _add_counts(self.token_stats, tokens.stats)
             self.idf_used = self.idf_used or tokens.idf is not None
-
-    ACCOUNT = ("stats", "warnings", "token_stats", "idf_used")
 
     def fresh(self) -> Shared:
         """The same decisions with nothing counted: a run judged in another process counts into its own
@@ -451,21 +447,29 @@ class Shared:
     def account(self) -> dict[str, Any]:
         """What the runs counted, as plain data (JSON)."""
         return {
-            **{k: getattr(self, k) for k in self.ACCOUNT},
+            "stats": self.stats,
+            "token_stats": self.token_stats,
+            "warnings": self.warnings,
+            "idf_used": self.idf_used,
             "texts_on_demand": self.first_stage_info.get("texts_on_demand", 0),  # ``EmbeddingStore.ensure``'s
         }
 
     def add_account(self, account: dict[str, Any]) -> None:
         """Count in another copy's ``account``."""
-        for key, value in account["stats"].items():
-            self.stats[key] = self.stats.get(key, 0) + value
-        for key, value in account["token_stats"].items():
-            self.token_stats[key] = self.token_stats.get(key, 0) + value
-        self.warnings += [w for w in account["warnings"] if w not in self.warnings]
+        _add_counts(self.stats, account["stats"])
+        _add_counts(self.token_stats, account["token_stats"])
+        self._warn(account["warnings"])
         self.idf_used = self.idf_used or account["idf_used"]
         if account["texts_on_demand"]:
-            info = self.first_stage_info
-            info["texts_on_demand"] = info.get("texts_on_demand", 0) + account["texts_on_demand"]
+            _add_counts(self.first_stage_info, {"texts_on_demand": account["texts_on_demand"]})
+
+    def _warn(self, warnings: Iterable[str]) -> None:
+        self.warnings += [w for w in warnings if w not in self.warnings]
+
+
+def _add_counts(into: dict[str, Any], counts: dict[str, int]) -> None:
+    for key, value in counts.items():
+        into[key] = into.get(key, 0) + value
 
 
 @dataclass

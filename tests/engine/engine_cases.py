@@ -186,3 +186,19 @@ def small_first_stage(monkeypatch) -> None:
     monkeypatch.setattr(fs, "MIN_TEXTS", 600)
     monkeypatch.setattr(fs, "MIN_SAMPLE_TEXTS", 200)
     monkeypatch.setattr(judge, "PAIRS_PER_CHUNK", 8192)
+
+
+def assert_judged_as_in_memory(memory, judgement, first_stage: str) -> None:
+    """A streamed or distributed audit's judgement (``judgement``) is the in-memory ``memory`` result's:
+    findings with their scores, mislabelled negatives, vetoed pairs, and what embedding evidence decided
+    over every text (the first stage, the link bar, the idf texts, the backend)."""
+    assert memory.findings.equals(judgement.findings)  # scores too: every run reads the whole data's matrices
+    assert memory.mislabelled.equals(judgement.mislabelled)
+    assert memory.judgement.vetoed.equals(judgement.vetoed)
+    info, got = memory.judgement.detector_info, judgement.detector_info
+    assert got["embedding"]["first_stage"] == info["embedding"]["first_stage"]
+    assert got["embedding"]["first_stage"]["used"] is (first_stage == "static")
+    assert got["linked"]["near_bar"] == info["linked"]["near_bar"]
+    assert got["linked"]["certain_when"] == info["linked"]["certain_when"]
+    assert got["embedding"]["idf_texts"] == info["embedding"]["idf_texts"] > 0
+    assert got["embedding"]["backend"] == info["embedding"]["backend"]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from engine_cases import (
     PLANS,
+    assert_judged_as_in_memory,
     case_config,
     case_rows,
     embedding_case_config,
@@ -79,17 +80,9 @@ def test_runs_judged_on_ray_embed_their_own_texts_with_the_in_memory_findings(
     monkeypatch.setattr(stream.Work, "judge", lambda *a, **k: calls.append(1) or judge_run(*a, **k))
     got = on_ray.run([str(data)], replace(cfg, engine="ray", embedding=cached("ray")), stream.Sizes(chunk_rows=60))
     assert not calls  # every run was judged in a worker
-    j = got.judgement
     assert memory.findings.height > 20 and memory.mislabelled.height > 0
-    assert memory.findings.equals(j.findings)
-    assert memory.mislabelled.equals(j.mislabelled)
-    assert memory.judgement.vetoed.equals(j.vetoed)
-    info, ray_info = memory.judgement.detector_info, j.detector_info
-    assert ray_info["embedding"]["first_stage"] == info["embedding"]["first_stage"]
-    assert ray_info["embedding"]["first_stage"]["used"] is (first_stage == "static")
-    assert ray_info["linked"]["near_bar"] == info["linked"]["near_bar"]
-    assert ray_info["embedding"]["idf_texts"] == info["embedding"]["idf_texts"] > 0
-    assert ray_info["embedding"]["backend"] == info["embedding"]["backend"]
+    assert_judged_as_in_memory(memory, got.judgement, first_stage)
+    info, ray_info = memory.judgement.detector_info, got.judgement.detector_info
     # What the workers' stores counted came back: their vectors are every run's lookups.
     assert ray_info["embedding"]["embedded"] + ray_info["embedding"]["cached"] >= info["embedding"]["embedded"] > 0
 

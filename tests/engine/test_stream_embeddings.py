@@ -10,7 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from engine_cases import embedding_case_config, embedding_case_rows, small_first_stage, vocabulary_words
+from engine_cases import (
+    assert_judged_as_in_memory,
+    embedding_case_config,
+    embedding_case_rows,
+    small_first_stage,
+    vocabulary_words,
+)
 from support import write_jsonl
 from typer.testing import CliRunner
 
@@ -52,17 +58,7 @@ def test_findings_match_the_in_memory_engine(data: Path, small_stage: None, run_
         width = 1 + memory.corpus.negatives.shape[1]
         chunks = np.array([a for a, _ in judge.chunk_bounds(streamed.batches, width)])
         assert len(stream.plan_runs(streamed.batches, streamed.corpus.n_rows, run_rows, chunks)) > 2
-    assert memory.findings.equals(j.findings)  # scores too: every run reads the whole data's similarity matrices
-    assert memory.mislabelled.equals(j.mislabelled)
-    assert memory.judgement.vetoed.equals(j.vetoed)
-    info, streamed_info = memory.judgement.detector_info, j.detector_info
-    assert streamed_info["embedding"]["first_stage"] == info["embedding"]["first_stage"]
-    assert streamed_info["embedding"]["first_stage"]["used"] is (first_stage == "static")
-    assert streamed_info["linked"]["near_bar"] == info["linked"]["near_bar"]
-    assert streamed_info["linked"]["certain_when"] == info["linked"]["certain_when"]
-    alignment = "idf_texts"
-    assert streamed_info["embedding"][alignment] == info["embedding"][alignment] > 0
-    assert streamed_info["embedding"]["backend"] == info["embedding"]["backend"]
+    assert_judged_as_in_memory(memory, j, first_stage)
 
 
 @pytest.mark.parametrize(
